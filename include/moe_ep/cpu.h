@@ -1,0 +1,20 @@
+// The CPU backend (DESIGN 7): W ranks as threads of one process exchanging through shared
+// memory. It is the readable reference of the semantics and the default without a GPU.
+#pragma once
+
+#include <memory>
+
+#include "moe_ep/op.h"
+
+namespace moe_ep {
+
+class CpuWorld {
+ public:
+  // world_size >= 1. Each rank's thread takes communicator(rank) and creates its op from it.
+  static std::shared_ptr<CpuWorld> create(int world_size);
+  virtual ~CpuWorld() = default;
+  virtual int size() const = 0;
+  virtual std::shared_ptr<Communicator> communicator(int rank) = 0;
+};
+
+}  // namespace moe_ep

@@ -1,0 +1,182 @@
+// Wire-format traits (DESIGN 4), one struct per format, used unchanged by the CPU reference and
+// by the CUDA kernels. A format encodes one block of kBlock elements at a time:
+//   params = Format::block_params(amax, any_nonfinite)  // what the scale byte(s) carry
+//   code_i = Format::encode(x_i, params)
+//   x_i'   = Format::decode(code_i, params.stored)
+// kBlock == 0 means no scales (one "block" is the whole row).
+#pragma once
+
+#include <cstdint>
+
+#include <string>
+
+#include "formats/scalar.h"
+#include "moe_ep/dtypes.h"
+#include "moe_ep/errors.h"
+
+namespace moe_ep::formats {
+
+// bf16 on the wire: the row as is.
+struct Bf16Wire {
+  static constexpr int kBlock = 0;
+  static constexpr int kElemsPerByte = 0;  // two bytes per element
+  using Code = uint16_t;
+  using Scale = uint8_t;  // unused
+  struct Params {
+    Scale stored = 0;
+  };
+  MOE_EP_HD static Params block_params(float, bool) { return {}; }
+  MOE_EP_HD static Code encode(uint16_t x_bf16, Params) { return x_bf16; }
+  MOE_EP_HD static float decode(Code c, Scale) { return bf16_to_float(c); }
+};
+
+// fp8 e4m3 with one fp32 scale per 128 elements; every block is scaled to the full e4m3 range.
+struct Fp8BlockWire {
+  static constexpr int kBlock = kFp8BlockSize;
+  static constexpr int kElemsPerByte = 1;
+  using Code = uint8_t;
+  using Scale = float;
+  struct Params {
+    Scale stored = 1.0f;  // decode multiplier, amax / 448
+    float inv = 1.0f;     // encode multiplier, 448 / amax
+  };
+  MOE_EP_HD static Params block_params(float amax, bool) {
+    // amax comes from fmaxf, so it skips NaN but keeps Inf. amax == Inf gives scale Inf and
+    // inv 0: finite values encode to 0 and decode to 0 * Inf = NaN, Inf/NaN encode to NaN, so
+    // the whole block decodes to NaN. When 448/amax overflows (amax < 448/FLT_MAX, ~1.3e-36)
+    // inv is clamped to FLT_MAX so that zeros stay zeros (docs/formats.md).
+    if (amax == 0.0f) return {1.0f, 1.0f};
+    float inv = kE4m3Max / amax;
+    if (!is_finite(inv)) inv = 3.40282347e38f;
+    return {amax / kE4m3Max, inv};
+  }
+  MOE_EP_HD static Code encode(uint16_t x_bf16, Params p) {
+    return e4m3_satfinite(bf16_to_float(x_bf16) * p.inv);
+  }
+  MOE_EP_HD static float decode(Code c, Scale s) { return e4m3_to_float(c) * s; }
+};
+
+// fp8 e4m3 cast with no scale; finite values beyond 448 saturate, Inf and NaN become NaN.
+struct Fp8DirectWire {
+  static constexpr int kBlock = 0;
+  static constexpr int kElemsPerByte = 1;
+  using Code = uint8_t;
+  using Scale = uint8_t;  // unused
+  struct Params {
+    Scale stored = 0;
+  };
+  MOE_EP_HD static Params block_params(float, bool) { return {}; }
+  MOE_EP_HD static Code encode(uint16_t x_bf16, Params) {
+    const float x = bf16_to_float(x_bf16);
+    return is_finite(x) ? e4m3_satfinite(x) : kE4m3NaN;
+  }
+  MOE_EP_HD static float decode(Code c, Scale) { return e4m3_to_float(c); }
+};
+
+// OCP MX fp4: e2m1 codes, two per byte (element 2i in the low nibble), one e8m0 per 32.
+struct Mxfp4Wire {
+  static constexpr int kBlock = kMxfp4BlockSize;
+  static constexpr int kElemsPerByte = 2;
+  using Code = uint8_t;  // one nibble
+  using Scale = uint8_t;
+  struct Params {
+    Scale stored = kE8m0One;  // e8m0 byte of 2^e
+    float inv = 1.0f;         // 2^-e, exact
+  };
+  // e = floor(log2(amax)) - 2 clamped to [-127, 127]; a block holding Inf or NaN gets the NaN
+  // scale byte so that it decodes to NaN.
+  MOE_EP_HD static Params block_params(float amax, bool any_nonfinite) {
+    if (any_nonfinite) return {kE8m0NaN, 0.0f};
+    if (amax == 0.0f) return {kE8m0One, 1.0f};
+    int e = floor_log2(amax) - 2;
+    e = e < -127 ? -127 : (e > 127 ? 127 : e);
+    const uint8_t stored = static_cast<uint8_t>(e + 127);
+    return {stored, e8m0_to_float(static_cast<uint8_t>(254 - stored))};
+  }
+  MOE_EP_HD static Code encode(uint16_t x_bf16, Params p) {
+    return e2m1_rne(bf16_to_float(x_bf16) * p.inv);
+  }
+  MOE_EP_HD static float decode(Code c, Scale s) { return e2m1_to_float(c) * e8m0_to_float(s); }
+};
+
+// Bytes of payload for `n` elements.
+template <typename F>
+MOE_EP_HD constexpr int64_t payload_bytes_of(int64_t n) {
+  return F::kElemsPerByte == 0 ? 2 * n : n / F::kElemsPerByte;
+}
+
+// Host and device row codec: the reference loops that kernels must match.
+// x: [n] bf16 bits; payload: payload_bytes_of<F>(n) bytes; scales: n / kBlock values.
+template <typename F>
+MOE_EP_HD void encode_row(const uint16_t* x, int64_t n, uint8_t* payload,
+                          typename F::Scale* scales) {
+  const int64_t block = F::kBlock == 0 ? n : F::kBlock;
+  for (int64_t b0 = 0; b0 < n; b0 += block) {
+    float amax = 0.0f;
+    bool nonfinite = false;
+    for (int64_t i = b0; i < b0 + block; ++i) {
+      const float v = bf16_to_float(x[i]);
+      amax = max_skip_nan(amax, abs_f(v));
+      nonfinite = nonfinite || !is_finite(v);
+    }
+    const typename F::Params p = F::block_params(amax, nonfinite);
+    if (F::kBlock != 0) scales[b0 / block] = p.stored;
+    for (int64_t i = b0; i < b0 + block; ++i) {
+      const typename F::Code c = F::encode(x[i], p);
+      if constexpr (F::kElemsPerByte == 0) {
+        reinterpret_cast<uint16_t*>(payload)[i] = c;
+      } else if constexpr (F::kElemsPerByte == 1) {
+        payload[i] = c;
+      } else {
+        uint8_t& byte = payload[i / 2];
+        byte = (i & 1) ? static_cast<uint8_t>((byte & 0x0f) | (c << 4)) : static_cast<uint8_t>(c);
+      }
+    }
+  }
+}
+
+template <typename F>
+MOE_EP_HD float decode_elem(const uint8_t* payload, const typename F::Scale* scales, int64_t i) {
+  typename F::Scale s{};
+  if constexpr (F::kBlock != 0) s = scales[i / F::kBlock];
+  if constexpr (F::kElemsPerByte == 0) {
+    return F::decode(reinterpret_cast<const uint16_t*>(payload)[i], s);
+  } else if constexpr (F::kElemsPerByte == 1) {
+    return F::decode(payload[i], s);
+  } else {
+    const uint8_t byte = payload[i / 2];
+    return F::decode(static_cast<uint8_t>((i & 1) ? (byte >> 4) : (byte & 0xf)), s);
+  }
+}
+
+template <typename F>
+MOE_EP_HD void decode_row(const uint8_t* payload, const typename F::Scale* scales, int64_t n,
+                          float* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = decode_elem<F>(payload, scales, i);
+}
+
+// Map a runtime dtype to its trait type: calls fn(F{}) with the matching format, so code that
+// depends on the format is written once as a generic lambda.
+template <typename Fn>
+decltype(auto) visit_format(DispatchDtype dtype, Fn&& fn) {
+  switch (dtype) {
+    case DispatchDtype::bf16: return fn(Bf16Wire{});
+    case DispatchDtype::fp8: return fn(Fp8BlockWire{});
+    case DispatchDtype::fp4: return fn(Mxfp4Wire{});
+  }
+  throw Internal("visit_format: dispatch dtype value " + std::to_string(static_cast<int>(dtype)) +
+                 " is not one of bf16, fp8, fp4");
+}
+
+template <typename Fn>
+decltype(auto) visit_format(CombineDtype dtype, Fn&& fn) {
+  switch (dtype) {
+    case CombineDtype::bf16: return fn(Bf16Wire{});
+    case CombineDtype::fp8: return fn(Fp8BlockWire{});
+    case CombineDtype::fp8_direct_cast: return fn(Fp8DirectWire{});
+  }
+  throw Internal("visit_format: combine dtype value " + std::to_string(static_cast<int>(dtype)) +
+                 " is not one of bf16, fp8, fp8_direct_cast");
+}
+
+}  // namespace moe_ep::formats

@@ -1,0 +1,115 @@
+// Scalar conversions shared bit for bit by the CPU reference and the CUDA kernels (DESIGN 4).
+// Rounding conversions to e4m3 and e2m1 call the CUDA headers' functions (they run on the host
+// too); exact decodes and the bf16 rounding are written out here so both sides run the same code.
+// The CUDA build uses -fmad=false, so no a*b+c in this file is contracted to an FMA on the GPU.
+#pragma once
+
+#include <cuda_fp4.h>
+#include <cuda_fp8.h>
+
+#include <cstdint>
+#include <cstring>
+
+#define MOE_EP_HD __host__ __device__ __forceinline__
+
+namespace moe_ep::formats {
+
+inline constexpr float kE4m3Max = 448.0f;
+inline constexpr float kE2m1Max = 6.0f;
+inline constexpr uint8_t kE4m3NaN = 0x7f;
+inline constexpr uint8_t kE8m0NaN = 0xff;
+inline constexpr uint8_t kE8m0One = 127;  // 2^0
+inline constexpr uint16_t kBf16NaN = 0x7fc0;
+
+MOE_EP_HD uint32_t float_bits(float x) {
+#ifdef __CUDA_ARCH__
+  return __float_as_uint(x);
+#else
+  uint32_t u;
+  std::memcpy(&u, &x, sizeof(u));
+  return u;
+#endif
+}
+
+MOE_EP_HD float bits_float(uint32_t u) {
+#ifdef __CUDA_ARCH__
+  return __uint_as_float(u);
+#else
+  float x;
+  std::memcpy(&x, &u, sizeof(x));
+  return x;
+#endif
+}
+
+MOE_EP_HD bool is_nan(float x) { return (float_bits(x) & 0x7fffffffu) > 0x7f800000u; }
+MOE_EP_HD bool is_finite(float x) { return (float_bits(x) & 0x7f800000u) != 0x7f800000u; }
+MOE_EP_HD float abs_f(float x) { return bits_float(float_bits(x) & 0x7fffffffu); }
+// fmaxf semantics: a NaN operand is skipped.
+MOE_EP_HD float max_skip_nan(float a, float b) { return fmaxf(a, b); }
+
+MOE_EP_HD float bf16_to_float(uint16_t b) { return bits_float(static_cast<uint32_t>(b) << 16); }
+
+// Round to nearest even; every NaN becomes the canonical 0x7fc0.
+MOE_EP_HD uint16_t float_to_bf16(float x) {
+  uint32_t u = float_bits(x);
+  if (is_nan(x)) return kBf16NaN;
+  uint32_t lsb = (u >> 16) & 1u;
+  u += 0x7fffu + lsb;
+  return static_cast<uint16_t>(u >> 16);
+}
+
+// OCP e4m3 with saturation to +-448; NaN (either sign) -> 0x7f. Inf saturates to 448 here;
+// formats that must not turn Inf into a finite value handle it before calling this.
+MOE_EP_HD uint8_t e4m3_satfinite(float x) {
+  if (is_nan(x)) return kE4m3NaN;
+  return static_cast<uint8_t>(__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3));
+}
+
+// Exact: every e4m3 value is a float. 0x7f and 0xff are NaN.
+MOE_EP_HD float e4m3_to_float(uint8_t q) {
+  const uint32_t sign = static_cast<uint32_t>(q & 0x80) << 24;
+  const uint32_t exp = (q >> 3) & 0xf;
+  const uint32_t man = q & 0x7;
+  if (exp == 0xf && man == 0x7) return bits_float(0x7fc00000u | sign);
+  if (exp == 0) {
+    // subnormal: man * 2^-9, exact in float
+    float v = static_cast<float>(man) * 0.001953125f;
+    return bits_float(float_bits(v) | sign);
+  }
+  return bits_float(sign | ((exp + 120u) << 23) | (man << 20));
+}
+
+// OCP e2m1, round to nearest even, saturating at +-6. The caller never passes NaN.
+MOE_EP_HD uint8_t e2m1_rne(float x) {
+  return static_cast<uint8_t>(__nv_cvt_float_to_fp4(x, __NV_E2M1, cudaRoundNearest)) & 0xf;
+}
+
+MOE_EP_HD float e2m1_to_float(uint8_t q) {
+  // magnitudes of codes 0..7: 0, 0.5, 1, 1.5, 2, 3, 4, 6
+  const uint32_t m = q & 0x7;
+  float v = m < 4 ? 0.5f * static_cast<float>(m) : static_cast<float>(1u << (m - 2)) * (m & 1 ? 1.5f : 1.0f);
+  return (q & 0x8) ? -v : v;
+}
+
+// 2^(b-127); 0xff is NaN; b = 0 is the subnormal 2^-127.
+MOE_EP_HD float e8m0_to_float(uint8_t b) {
+  if (b == kE8m0NaN) return bits_float(0x7fc00000u);
+  if (b == 0) return bits_float(0x00400000u);
+  return bits_float(static_cast<uint32_t>(b) << 23);
+}
+
+// floor(log2(a)) for finite a > 0, subnormals included.
+MOE_EP_HD int floor_log2(float a) {
+  const uint32_t u = float_bits(a);
+  const int exp = static_cast<int>((u >> 23) & 0xff);
+  if (exp != 0) return exp - 127;
+  const uint32_t man = u & 0x7fffffu;
+#ifdef __CUDA_ARCH__
+  const int top = 31 - __clz(man);
+#else
+  const int top = 31 - __builtin_clz(man);
+#endif
+  return top - 149;
+}
+
+}  // namespace moe_ep::formats
