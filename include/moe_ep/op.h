@@ -87,6 +87,9 @@ class Op {
   // y: [R, H] bf16 (R = handle.num_recv); out: [T, H] bf16 for this rank's T of that dispatch.
   virtual void combine(const Handle& handle, const TensorView& y, const TensorView& out,
                        void* stream = nullptr) = 0;
+  // Waits for this op's work queued on `stream` and raises any error its kernels reported
+  // (e.g. a Timeout inside combine). Calls also raise such errors at their next entry.
+  virtual void synchronize(void* stream = nullptr) { (void)stream; }
 };
 
 // Collective: every rank of `comm` calls it with the same config.

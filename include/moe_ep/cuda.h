@@ -1,0 +1,30 @@
+// The CUDA backend's communicators (DESIGN 7): one rank per GPU over an ncclComm_t. A framework
+// hands in its own communicator (make_nccl_communicator), or a single process driving several
+// GPUs from threads creates one per device (make_local_nccl_communicators). Available when the
+// library is built with CUDA (MOE_EP_WITH_CUDA); otherwise these functions throw InvalidArgument.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "moe_ep/op.h"
+
+struct ncclComm;
+typedef struct ncclComm* ncclComm_t;
+
+namespace moe_ep {
+
+// True when this moe-ep was built with the CUDA backend.
+bool cuda_backend_built();
+// Number of visible CUDA devices (0 without CUDA or without a driver).
+int cuda_device_count();
+
+// Collective over `comm`: wraps an existing communicator whose rank runs on `device`. The caller
+// keeps ownership of `comm` and must keep it alive while ops created from it exist.
+std::shared_ptr<Communicator> make_nccl_communicator(ncclComm_t comm, int device);
+
+// One communicator per device, created with ncclCommInitAll and owned by the returned objects.
+std::vector<std::shared_ptr<Communicator>> make_local_nccl_communicators(
+    const std::vector<int>& devices);
+
+}  // namespace moe_ep
