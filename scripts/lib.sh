@@ -1,0 +1,94 @@
+# Helpers shared by scripts/*: the repository root, logging, the build parallelism, the CUDA
+# toolkit on PATH and the installation of missing Debian packages. Source it, do not run it:
+#   . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+# Environment: MOE_EP_JOBS (parallel build/test jobs, default nproc), MOE_EP_NO_INSTALL=1 (never
+# call apt-get; fail with the list of missing packages instead).
+
+MOE_EP_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+MOE_EP_SCRIPT="${MOE_EP_SCRIPT:-$(basename "$0")}"
+
+# Debian packages a build with tests needs. Each has a file that proves it is usable without
+# asking dpkg, because on some machines (the GPU images) the same files come from elsewhere.
+MOE_EP_DEB_PACKAGES=(cmake ninja-build g++ git libgtest-dev libcli11-dev clang-format)
+
+moe_ep_log() { printf '[%s] %s\n' "$MOE_EP_SCRIPT" "$*" >&2; }
+moe_ep_die() {
+  moe_ep_log "error: $*"
+  exit 1
+}
+
+# Parallel jobs for builds and ctest: MOE_EP_JOBS, else the number of cores.
+moe_ep_jobs() { echo "${MOE_EP_JOBS:-$(nproc 2>/dev/null || echo 2)}"; }
+
+# True when the package's files are there (dpkg says installed, or its marker file exists).
+moe_ep_have_package() {
+  local pkg=$1 status=""
+  if command -v dpkg-query >/dev/null 2>&1; then
+    status=$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null || true)
+    [[ $status == "install ok installed" ]] && return 0
+  fi
+  case $pkg in
+    cmake) command -v cmake >/dev/null 2>&1 ;;
+    ninja-build) command -v ninja >/dev/null 2>&1 ;;
+    g++) command -v g++ >/dev/null 2>&1 ;;
+    git) command -v git >/dev/null 2>&1 ;;
+    clang-format) command -v clang-format-14 >/dev/null 2>&1 || command -v clang-format >/dev/null 2>&1 ;;
+    libgtest-dev) [[ -e /usr/include/gtest/gtest.h ]] ;;
+    libcli11-dev) [[ -e /usr/include/CLI/CLI.hpp ]] ;;
+    *) return 1 ;;
+  esac
+}
+
+# Runs a command as root: directly when we are root (CI), else through sudo when there is one.
+moe_ep_as_root() {
+  if [[ $(id -u) -eq 0 ]]; then
+    "$@"
+  elif command -v sudo >/dev/null 2>&1; then
+    sudo "$@"
+  else
+    moe_ep_die "not root and no sudo: cannot run '$*'; install the packages by hand"
+  fi
+}
+
+# Installs the packages among "$@" that are missing: apt-get update once, then one quiet
+# apt-get install. Does nothing (and needs no network or root) when everything is there.
+moe_ep_ensure_packages() {
+  local missing=() pkg
+  for pkg in "$@"; do
+    moe_ep_have_package "$pkg" || missing+=("$pkg")
+  done
+  [[ ${#missing[@]} -eq 0 ]] && return 0
+  if [[ ${MOE_EP_NO_INSTALL:-0} == 1 ]] || ! command -v apt-get >/dev/null 2>&1; then
+    moe_ep_die "missing packages: ${missing[*]} (install them; MOE_EP_NO_INSTALL=${MOE_EP_NO_INSTALL:-0})"
+  fi
+  moe_ep_log "installing missing packages: ${missing[*]}"
+  local apt_log
+  apt_log=$(mktemp)
+  # Wait up to 5 minutes for another apt/dpkg to release its lock instead of failing at once.
+  local apt=(env DEBIAN_FRONTEND=noninteractive apt-get -q -y -o DPkg::Lock::Timeout=300)
+  if ! moe_ep_as_root "${apt[@]}" update >"$apt_log" 2>&1 ||
+    ! moe_ep_as_root "${apt[@]}" install --no-install-recommends "${missing[@]}" \
+      >>"$apt_log" 2>&1 </dev/null; then
+    cat "$apt_log" >&2
+    rm -f "$apt_log"
+    moe_ep_die "apt-get failed to install: ${missing[*]}"
+  fi
+  rm -f "$apt_log"
+  for pkg in "${missing[@]}"; do
+    moe_ep_have_package "$pkg" || moe_ep_die "package $pkg still missing after apt-get install"
+  done
+}
+
+# Puts the CUDA toolkit's bin/ on PATH when nvcc is not there yet, so that CMake's CUDA
+# detection (MOE_EP_ENABLE_CUDA=AUTO) finds the compiler in non-login shells such as CI's.
+moe_ep_cuda_path() {
+  command -v nvcc >/dev/null 2>&1 && return 0
+  local dir
+  for dir in "${CUDA_HOME:-}" "${CUDA_PATH:-}" /usr/local/cuda; do
+    if [[ -n $dir && -x $dir/bin/nvcc ]]; then
+      export PATH="$dir/bin:$PATH"
+      return 0
+    fi
+  done
+  return 0
+}
