@@ -35,13 +35,13 @@ struct Knobs {
   std::optional<CombineDtype> combine_dtype;    // MOE_EP_COMBINE_DTYPE, nullopt = auto/unset
   bool dispatch_dtype_set = false;              // the variable is present (even as "auto")
   bool combine_dtype_set = false;
-  std::optional<bool> fp8_disp;  // MOE_EP_FP8_DISP (deprecated)
-  std::optional<bool> fp4_disp;  // MOE_EP_FP4_DISP (deprecated)
-  bool validate = false;         // MOE_EP_VALIDATE
-  double timeout_s = 100.0;      // MOE_EP_TIMEOUT_S
+  std::optional<bool> fp8_disp;          // MOE_EP_FP8_DISP (deprecated)
+  std::optional<bool> fp4_disp;          // MOE_EP_FP4_DISP (deprecated)
+  bool validate = false;                 // MOE_EP_VALIDATE
+  double timeout_s = 100.0;              // MOE_EP_TIMEOUT_S
   LogLevel log_level = LogLevel::kWarn;  // MOE_EP_LOG
-  int num_sms = 0;               // MOE_EP_NUM_SMS, 0 = library default
-  EnvMap set_variables;          // every MOE_EP_* variable that was present, as given
+  int num_sms = 0;                       // MOE_EP_NUM_SMS, 0 = library default
+  EnvMap set_variables;                  // every MOE_EP_* variable that was present, as given
 
   static const Knobs& get();
   static Knobs from(const EnvMap& env);

@@ -34,9 +34,9 @@ class Error : public std::runtime_error {
   ErrorCode code_;
 };
 
-#define MOE_EP_DECLARE_ERROR(Name)                                          \
-  class Name : public Error {                                               \
-   public:                                                                  \
+#define MOE_EP_DECLARE_ERROR(Name)                                                    \
+  class Name : public Error {                                                         \
+   public:                                                                            \
     explicit Name(const std::string& message) : Error(ErrorCode::k##Name, message) {} \
   }
 

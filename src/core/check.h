@@ -19,19 +19,19 @@ std::string concat(const Args&... args) {
 }  // namespace moe_ep::detail
 
 // MOE_EP_CHECK_ARG(cond, "hidden=", h, " must be a multiple of 128 for float8_blockwise")
-#define MOE_EP_CHECK_ARG(cond, ...)                                          \
-  do {                                                                       \
+#define MOE_EP_CHECK_ARG(cond, ...)                                                      \
+  do {                                                                                   \
     if (!(cond)) throw ::moe_ep::InvalidArgument(::moe_ep::detail::concat(__VA_ARGS__)); \
   } while (0)
 
-#define MOE_EP_CHECK_USAGE(cond, ...)                                     \
-  do {                                                                    \
+#define MOE_EP_CHECK_USAGE(cond, ...)                                                 \
+  do {                                                                                \
     if (!(cond)) throw ::moe_ep::InvalidUsage(::moe_ep::detail::concat(__VA_ARGS__)); \
   } while (0)
 
-#define MOE_EP_CHECK_INTERNAL(cond, ...)                                                 \
-  do {                                                                                   \
-    if (!(cond))                                                                         \
-      throw ::moe_ep::Internal(::moe_ep::detail::concat(__FILE__, ":", __LINE__, ": ", \
-                                                        __VA_ARGS__));                   \
+#define MOE_EP_CHECK_INTERNAL(cond, ...)                                         \
+  do {                                                                           \
+    if (!(cond))                                                                 \
+      throw ::moe_ep::Internal(                                                  \
+          ::moe_ep::detail::concat(__FILE__, ":", __LINE__, ": ", __VA_ARGS__)); \
   } while (0)

@@ -11,12 +11,10 @@ struct Name {
   const char* value;
 };
 
-constexpr Name kDispatchNames[] = {{"bf16", "bfloat16"},
-                                   {"fp8", "float8_blockwise"},
-                                   {"fp4", "mxfp4_blockwise"}};
-constexpr Name kCombineNames[] = {{"bf16", "bfloat16"},
-                                  {"fp8", "float8_blockwise"},
-                                  {"fp8_direct_cast", "float8_direct_cast"}};
+constexpr Name kDispatchNames[] = {
+    {"bf16", "bfloat16"}, {"fp8", "float8_blockwise"}, {"fp4", "mxfp4_blockwise"}};
+constexpr Name kCombineNames[] = {
+    {"bf16", "bfloat16"}, {"fp8", "float8_blockwise"}, {"fp8_direct_cast", "float8_direct_cast"}};
 constexpr Name kWeightNames[] = {{"bf16", "bfloat16"}, {"fp8", "float8"}, {"fp4", "mxfp4"}};
 
 template <size_t N>
@@ -41,8 +39,8 @@ int find_name(const Name (&names)[N], std::string_view text) {
 template <typename Enum, size_t N>
 Enum parse(const Name (&names)[N], std::string_view text, std::string_view what) {
   const int i = find_name(names, text);
-  MOE_EP_CHECK_ARG(i >= 0, what, "='", text, "' is not a valid value; valid values: ",
-                   valid_values(names, false));
+  MOE_EP_CHECK_ARG(i >= 0, what, "='", text,
+                   "' is not a valid value; valid values: ", valid_values(names, false));
   return static_cast<Enum>(i);
 }
 
@@ -51,8 +49,8 @@ std::optional<Enum> parse_choice(const Name (&names)[N], std::string_view text,
                                  std::string_view what) {
   if (text == "auto") return std::nullopt;
   const int i = find_name(names, text);
-  MOE_EP_CHECK_ARG(i >= 0, what, "='", text, "' is not a valid value; valid values: ",
-                   valid_values(names, true));
+  MOE_EP_CHECK_ARG(i >= 0, what, "='", text,
+                   "' is not a valid value; valid values: ", valid_values(names, true));
   return static_cast<Enum>(i);
 }
 
@@ -95,9 +93,7 @@ int block_size(DispatchDtype dtype) {
   return 0;
 }
 
-int block_size(CombineDtype dtype) {
-  return dtype == CombineDtype::fp8 ? kFp8BlockSize : 0;
-}
+int block_size(CombineDtype dtype) { return dtype == CombineDtype::fp8 ? kFp8BlockSize : 0; }
 
 int64_t scale_dim(DispatchDtype dtype, int64_t hidden) {
   const int b = block_size(dtype);

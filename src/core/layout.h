@@ -36,9 +36,7 @@ struct BufferLayout {
   static constexpr int64_t kAlign = 256;
   MOE_EP_HD static int64_t align_up(int64_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
 
-  MOE_EP_HD int64_t max_recv_rows() const {
-    return static_cast<int64_t>(world_size) * max_tokens;
-  }
+  MOE_EP_HD int64_t max_recv_rows() const { return static_cast<int64_t>(world_size) * max_tokens; }
 
   // control region
   MOE_EP_HD int64_t counts_offset(int parity, int src, int dst) const {
@@ -46,8 +44,8 @@ struct BufferLayout {
   }
   MOE_EP_HD int64_t experts_offset(int parity, int src, int local_expert) const {
     const int64_t base = align_up(8LL * 2 * world_size * world_size);
-    return base + 8 * ((static_cast<int64_t>(parity) * world_size + src) * local_experts +
-                       local_expert);
+    return base +
+           8 * ((static_cast<int64_t>(parity) * world_size + src) * local_experts + local_expert);
   }
   MOE_EP_HD int64_t done_offset(int leg, int src) const {
     const int64_t base = experts_offset(0, 0, 0) + align_up(8LL * 2 * world_size * local_experts);
