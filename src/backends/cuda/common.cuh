@@ -1,0 +1,97 @@
+// Device-side plumbing shared by the CUDA kernels: the error word in mapped host memory (no
+// traps), acquire/release accesses at system scope for flags written across GPUs, and bounded
+// spin-waits that say who waited on whom.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backends/cuda/device_error.h"
+
+namespace moe_ep::cuda_backend {
+
+__device__ __forceinline__ uint64_t global_timer_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+__device__ __forceinline__ uint64_t ld_acquire_sys(const uint64_t* p) {
+  uint64_t v;
+  asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ void st_release_sys(uint64_t* p, uint64_t v) {
+  asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+__device__ __forceinline__ int32_t ld_volatile(const int32_t* p) {
+  return *reinterpret_cast<const volatile int32_t*>(p);
+}
+
+__device__ inline void report_error(DeviceError* err, int32_t code, int32_t phase, int32_t rank,
+                                    int32_t peer, int64_t expected, int64_t seen, int64_t token,
+                                    int64_t column, int64_t value) {
+  if (atomicCAS(&err->code, 0, -1) != 0) return;  // someone reported first
+  err->phase = phase;
+  err->rank = rank;
+  err->peer = peer;
+  err->expected = expected;
+  err->seen = seen;
+  err->token = token;
+  err->column = column;
+  err->value = value;
+  __threadfence_system();
+  atomicExch(&err->code, code);
+  __threadfence_system();
+}
+
+// Waits until the 64-bit word at `flag` satisfies (word >> shift) == expected. Returns the word,
+// or reports a timeout (and returns 0) after timeout_ns, or gives up early once another thread
+// has reported an error.
+__device__ inline bool wait_tagged(const uint64_t* flag, int shift, uint64_t expected,
+                                   uint64_t timeout_ns, DeviceError* err, int32_t phase,
+                                   int32_t rank, int32_t peer, uint64_t* word_out) {
+  const uint64_t start = global_timer_ns();
+  uint32_t spins = 0;
+  while (true) {
+    const uint64_t word = ld_acquire_sys(flag);
+    if ((word >> shift) == expected) {
+      *word_out = word;
+      return true;
+    }
+    if ((++spins & 1023u) == 0) {
+      if (ld_volatile(&err->code) != 0) return false;
+      if (global_timer_ns() - start > timeout_ns) {
+        report_error(err, kDevTimeout, phase, rank, peer, static_cast<int64_t>(expected),
+                     static_cast<int64_t>(word >> shift), -1, -1, 0);
+        return false;
+      }
+    }
+  }
+}
+
+// Last-block-done signal: every thread fences its own stores, the block counts itself in, and
+// the last block of the grid release-stores `value` at byte `offset` of every peer buffer.
+// `counter` is reset by the last block for the next launch.
+__device__ inline void signal_when_grid_done(unsigned int* counter, char* const* peers,
+                                             int world_size, int64_t offset, uint64_t value) {
+  __threadfence_system();
+  __syncthreads();
+  __shared__ bool is_last;
+  if (threadIdx.x == 0) {
+    const unsigned int prev = atomicAdd(counter, 1u);
+    is_last = (prev == gridDim.x - 1);
+  }
+  __syncthreads();
+  if (!is_last) return;
+  __threadfence();
+  for (int p = threadIdx.x; p < world_size; p += blockDim.x) {
+    st_release_sys(reinterpret_cast<uint64_t*>(peers[p] + offset), value);
+  }
+  if (threadIdx.x == 0) *counter = 0;
+}
+
+}  // namespace moe_ep::cuda_backend

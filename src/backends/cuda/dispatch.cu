@@ -1,0 +1,25 @@
+// Instantiations and launcher of the dispatch kernels (dispatch.cuh), one per wire format.
+#include "backends/cuda/dispatch.cuh"
+
+namespace moe_ep::cuda_backend {
+
+template <typename F, bool kPrequantized>
+static cudaError_t launch_dispatch_as(const DispatchParams& p, int num_blocks,
+                                      cudaStream_t stream) {
+  dispatch_kernel<F, kPrequantized><<<num_blocks, kDataThreads, 0, stream>>>(p);
+  cudaError_t status = cudaGetLastError();
+  if (status != cudaSuccess) return status;
+  dispatch_wait_kernel<<<1, kMaxWorldSize, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_dispatch(DispatchDtype dtype, bool prequantized, const DispatchParams& p,
+                            int num_blocks, cudaStream_t stream) {
+  return formats::visit_format(dtype, [&](auto format) {
+    using F = decltype(format);
+    return prequantized ? launch_dispatch_as<F, true>(p, num_blocks, stream)
+                        : launch_dispatch_as<F, false>(p, num_blocks, stream);
+  });
+}
+
+}  // namespace moe_ep::cuda_backend

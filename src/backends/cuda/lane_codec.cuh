@@ -1,0 +1,110 @@
+// Per-lane wire codec used by the data kernels: a warp walks a row 256 elements at a time, each
+// lane holding 8 consecutive bf16 values (one 16-byte load). Blocks of 128 (fp8) or 32 (mxfp4)
+// elements span 16 or 4 lanes, whose amax is combined with shuffles. The arithmetic per element
+// is exactly formats::F::block_params / encode / decode, so the result equals the CPU codec.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "backends/cuda/tuning.h"
+#include "formats/codecs.h"
+
+namespace moe_ep::cuda_backend {
+
+// What one lane's 8 elements occupy on the wire: 16, 8 or 4 bytes.
+template <typename F>
+using LaneWord = std::conditional_t<F::kElemsPerByte == 0, uint4,
+                                    std::conditional_t<F::kElemsPerByte == 1, uint2, uint32_t>>;
+
+template <typename F>
+inline constexpr int kLaneWordBytes = static_cast<int>(sizeof(LaneWord<F>));
+
+__device__ __forceinline__ uint16_t lane_elem(const uint4& v, int j) {
+  const uint32_t w = j < 2 ? v.x : j < 4 ? v.y : j < 6 ? v.z : v.w;
+  return static_cast<uint16_t>((j & 1) ? (w >> 16) : (w & 0xffffu));
+}
+
+// Block parameters of the block this lane's elements belong to. All 32 lanes must call it
+// (shuffles); lanes past the end of the row pass zeros and their result is unused.
+template <typename F>
+__device__ __forceinline__ typename F::Params lane_block_params(const uint4& v) {
+  if constexpr (F::kBlock == 0) {
+    return F::block_params(0.0f, false);
+  } else {
+    float amax = 0.0f;
+    int nonfinite = 0;
+#pragma unroll
+    for (int j = 0; j < kElemsPerLane; ++j) {
+      const float f = formats::bf16_to_float(lane_elem(v, j));
+      amax = formats::max_skip_nan(amax, formats::abs_f(f));
+      nonfinite |= formats::is_finite(f) ? 0 : 1;
+    }
+    constexpr int kLanesPerBlock = F::kBlock / kElemsPerLane;  // 16 or 4
+#pragma unroll
+    for (int offset = kLanesPerBlock / 2; offset >= 1; offset /= 2) {
+      amax = formats::max_skip_nan(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
+      nonfinite |= __shfl_xor_sync(0xffffffffu, nonfinite, offset);
+    }
+    return F::block_params(amax, nonfinite != 0);
+  }
+}
+
+template <typename F>
+__device__ __forceinline__ LaneWord<F> lane_encode(const uint4& v, typename F::Params p) {
+  if constexpr (F::kElemsPerByte == 0) {
+    return v;  // bf16 travels as is
+  } else if constexpr (F::kElemsPerByte == 1) {
+    uint32_t lo = 0, hi = 0;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) lo |= static_cast<uint32_t>(F::encode(lane_elem(v, j), p)) << (8 * j);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      hi |= static_cast<uint32_t>(F::encode(lane_elem(v, 4 + j), p)) << (8 * j);
+    }
+    return make_uint2(lo, hi);
+  } else {
+    uint32_t w = 0;  // element 2i in the low nibble of byte i
+#pragma unroll
+    for (int j = 0; j < kElemsPerLane; ++j) {
+      w |= static_cast<uint32_t>(F::encode(lane_elem(v, j), p) & 0xf) << (4 * j);
+    }
+    return w;
+  }
+}
+
+// acc[j] = acc[j] + decode(element j): one rounding for the product, one for the sum.
+template <typename F>
+__device__ __forceinline__ void lane_decode_add(const LaneWord<F>& w, typename F::Scale s,
+                                                float (&acc)[kElemsPerLane]) {
+#pragma unroll
+  for (int j = 0; j < kElemsPerLane; ++j) {
+    float d;
+    if constexpr (F::kElemsPerByte == 0) {
+      d = F::decode(lane_elem(w, j), s);
+    } else if constexpr (F::kElemsPerByte == 1) {
+      const uint32_t word = j < 4 ? w.x : w.y;
+      d = F::decode(static_cast<uint8_t>(word >> (8 * (j & 3))), s);
+    } else {
+      d = F::decode(static_cast<uint8_t>((w >> (4 * j)) & 0xf), s);
+    }
+    acc[j] = acc[j] + d;
+  }
+}
+
+__device__ __forceinline__ uint4 lane_pack_bf16(const float (&acc)[kElemsPerLane]) {
+  uint32_t w[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    w[i] = static_cast<uint32_t>(formats::float_to_bf16(acc[2 * i])) |
+           (static_cast<uint32_t>(formats::float_to_bf16(acc[2 * i + 1])) << 16);
+  }
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+// Plain (weak) 16-byte global load that bypasses L1, for rows read exactly once.
+__device__ __forceinline__ uint4 load_stream(const uint4* p) { return __ldcs(p); }
+
+}  // namespace moe_ep::cuda_backend

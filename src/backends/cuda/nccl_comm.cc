@@ -1,0 +1,93 @@
+// NCCL communicators for the CUDA backend and the public functions of moe_ep/cuda.h.
+#include "backends/cuda/nccl_comm.h"
+
+#include <atomic>
+#include <chrono>
+#include <random>
+
+#include "backends/cuda/cuda_check.h"
+#include "moe_ep/cuda.h"
+
+namespace moe_ep {
+namespace cuda_backend {
+
+NcclCommunicator::NcclCommunicator(ncclComm_t comm, int device, uint64_t group_id, bool owned)
+    : comm_(comm), device_(device), group_id_(group_id), owned_(owned) {
+  MOE_EP_NCCL_CHECK(ncclCommUserRank(comm_, &rank_));
+  MOE_EP_NCCL_CHECK(ncclCommCount(comm_, &size_));
+}
+
+NcclCommunicator::~NcclCommunicator() {
+  if (owned_) ncclCommDestroy(comm_);
+}
+
+namespace {
+
+uint64_t fresh_group_id() {
+  static std::atomic<uint64_t> counter{0};
+  std::random_device rd;
+  const uint64_t salt = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+  return salt ^ (++counter) ^ static_cast<uint64_t>(
+                                  std::chrono::steady_clock::now().time_since_epoch().count());
+}
+
+}  // namespace
+}  // namespace cuda_backend
+
+bool cuda_backend_built() { return true; }
+
+int cuda_device_count() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no driver" error
+    return 0;
+  }
+  return count;
+}
+
+std::shared_ptr<Communicator> make_nccl_communicator(ncclComm_t comm, int device) {
+  MOE_EP_CHECK_ARG(comm != nullptr, "comm=null: an initialised ncclComm_t is required");
+  const int count = cuda_device_count();
+  MOE_EP_CHECK_ARG(device >= 0 && device < count, "device=", device, " is not a visible CUDA ",
+                   "device (", count, " visible)");
+  cuda_backend::DeviceGuard guard(device);
+  // Agree on a group id: rank 0's random value, broadcast over the communicator itself.
+  uint64_t* id_device = nullptr;
+  MOE_EP_CUDA_CHECK(cudaMalloc(&id_device, sizeof(uint64_t)));
+  uint64_t id = cuda_backend::fresh_group_id();
+  cudaStream_t stream = nullptr;
+  try {
+    MOE_EP_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    MOE_EP_CUDA_CHECK(cudaMemcpyAsync(id_device, &id, sizeof(id), cudaMemcpyHostToDevice, stream));
+    MOE_EP_NCCL_CHECK(ncclBroadcast(id_device, id_device, 1, ncclUint64, 0, comm, stream));
+    MOE_EP_CUDA_CHECK(cudaMemcpyAsync(&id, id_device, sizeof(id), cudaMemcpyDeviceToHost, stream));
+    MOE_EP_CUDA_CHECK(cudaStreamSynchronize(stream));
+  } catch (...) {
+    if (stream) cudaStreamDestroy(stream);
+    cudaFree(id_device);
+    throw;
+  }
+  cudaStreamDestroy(stream);
+  cudaFree(id_device);
+  return std::make_shared<cuda_backend::NcclCommunicator>(comm, device, id, false);
+}
+
+std::vector<std::shared_ptr<Communicator>> make_local_nccl_communicators(
+    const std::vector<int>& devices) {
+  const int count = cuda_device_count();
+  MOE_EP_CHECK_ARG(!devices.empty(), "devices is empty: at least one CUDA device is required");
+  for (int d : devices) {
+    MOE_EP_CHECK_ARG(d >= 0 && d < count, "devices contains ", d, ", not a visible CUDA device (",
+                     count, " visible)");
+  }
+  std::vector<ncclComm_t> comms(devices.size());
+  MOE_EP_NCCL_CHECK(ncclCommInitAll(comms.data(), static_cast<int>(devices.size()), devices.data()));
+  const uint64_t id = cuda_backend::fresh_group_id();
+  std::vector<std::shared_ptr<Communicator>> out;
+  for (size_t i = 0; i < devices.size(); ++i) {
+    out.push_back(std::make_shared<cuda_backend::NcclCommunicator>(comms[i], devices[i], id, true));
+  }
+  return out;
+}
+
+}  // namespace moe_ep

@@ -1,0 +1,167 @@
+// Validation and counts exchange, the first two kernels of every dispatch.
+// validate: range of expert ids always, duplicates and non-finite inputs in validation mode.
+// notify: block d scans the tokens for destination d (canonical positions by block scan), then
+// release-stores {seq, rows s->d} into every peer's counts table and {seq, rows naming local
+// expert e} into d's expert table; block 0 then waits for every rank's words (bounded) and
+// derives this rank's send offsets, receive total and per-local-expert counts. A rank whose
+// input was rejected sends the sentinel count so that every rank aborts the call together.
+#pragma once
+
+#include <cub/block/block_scan.cuh>
+
+#include "backends/cuda/common.cuh"
+#include "backends/cuda/launch.h"
+#include "formats/scalar.h"
+
+namespace moe_ep::cuda_backend {
+
+inline constexpr uint32_t kRejectedCount = 0xffffffffu;
+
+__global__ void validate_kernel(ValidateParams p) {
+  const RankInfo& info = p.info;
+  const int64_t total_slots = static_cast<int64_t>(p.num_tokens) * info.topk;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total_slots;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t t = i / info.topk;
+    const int k = static_cast<int>(i % info.topk);
+    const int32_t e = p.topk_idx[i];
+    if (e < -1 || e >= info.num_experts) {
+      report_error(p.err, kDevBadExpert, 0, info.rank, -1, info.num_experts, e, t, k, e);
+    } else if (p.validate && e >= 0) {
+      for (int j = 0; j < k; ++j) {
+        if (p.topk_idx[t * info.topk + j] == e) {
+          report_error(p.err, kDevDupExpert, 0, info.rank, -1, j, k, t, k, e);
+        }
+      }
+    }
+    if (p.validate && !formats::is_finite(p.topk_weights[i])) {
+      report_error(p.err, kDevNonfiniteW, 0, info.rank, -1, 0, 0, t, k, 0);
+    }
+  }
+  if (!p.validate || p.x_bf16 == nullptr) return;
+  const int64_t total = static_cast<int64_t>(p.num_tokens) * info.hidden;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    if (!formats::is_finite(formats::bf16_to_float(p.x_bf16[i]))) {
+      report_error(p.err, kDevNonfiniteX, 0, info.rank, -1, 0, 0, i / info.hidden,
+                   i % info.hidden, 0);
+    }
+  }
+}
+
+__device__ __forceinline__ bool goes_to(const RankInfo& info, const int32_t* slots, int dest) {
+  bool hit = false;
+  for (int k = 0; k < info.topk; ++k) {
+    const int32_t e = slots[k];
+    hit |= (e >= 0 && e < info.num_experts && e / info.experts_per_rank == dest);
+  }
+  return hit;
+}
+
+// Block d: canonical positions of the tokens sent to d, and the messages for d.
+__device__ void notify_send(const NotifyParams& p, int dest, int* expert_count) {
+  using Scan = cub::BlockScan<int, kNotifyThreads>;
+  __shared__ typename Scan::TempStorage scan_storage;
+  const RankInfo& info = p.info;
+  for (int e = threadIdx.x; e < info.experts_per_rank; e += blockDim.x) expert_count[e] = 0;
+  __syncthreads();
+  int running = 0;
+  for (int base = 0; base < p.num_tokens; base += kNotifyThreads) {
+    const int t = base + threadIdx.x;
+    int flag = 0;
+    if (t < p.num_tokens) {
+      const int32_t* slots = p.topk_idx + static_cast<int64_t>(t) * info.topk;
+      flag = goes_to(info, slots, dest) ? 1 : 0;
+      for (int k = 0; k < info.topk && flag; ++k) {
+        const int32_t e = slots[k];
+        if (e >= 0 && e < info.num_experts && e / info.experts_per_rank == dest) {
+          atomicAdd(&expert_count[e - dest * info.experts_per_rank], 1);
+        }
+      }
+    }
+    int prefix = 0, chunk_total = 0;
+    Scan(scan_storage).ExclusiveSum(flag, prefix, chunk_total);
+    if (t < p.num_tokens) {
+      p.pos[static_cast<int64_t>(dest) * info.max_tokens + t] = flag ? running + prefix : -1;
+    }
+    running += chunk_total;
+    __syncthreads();  // scan_storage is reused
+  }
+  const bool rejected = ld_volatile(&p.err->code) != 0;
+  const uint64_t tag = p.seq << 32;
+  const uint64_t count_word = tag | (rejected ? kRejectedCount : static_cast<uint32_t>(running));
+  const int parity = static_cast<int>(p.seq & 1);
+  for (int peer = threadIdx.x; peer < info.world_size; peer += blockDim.x) {
+    st_release_sys(reinterpret_cast<uint64_t*>(
+                       p.peers.base[peer] + p.layout.counts_offset(parity, info.rank, dest)),
+                   count_word);
+  }
+  for (int e = threadIdx.x; e < info.experts_per_rank; e += blockDim.x) {
+    st_release_sys(reinterpret_cast<uint64_t*>(
+                       p.peers.base[dest] + p.layout.experts_offset(parity, info.rank, e)),
+                   tag | static_cast<uint32_t>(expert_count[e]));
+  }
+}
+
+// Block 0 after its send: wait for every word addressed to this rank, then derive the layout.
+__device__ void notify_receive(const NotifyParams& p, int* counts /* [W*W] */) {
+  const RankInfo& info = p.info;
+  const int world = info.world_size;
+  const int parity = static_cast<int>(p.seq & 1);
+  const char* self = p.peers.base[info.rank];
+  __shared__ int rejected_by;
+  if (threadIdx.x == 0) rejected_by = -1;
+  __syncthreads();
+  for (int i = threadIdx.x; i < world * world; i += blockDim.x) {
+    const int src = i / world, dst = i % world;
+    uint64_t word = 0;
+    const auto* flag =
+        reinterpret_cast<const uint64_t*>(self + p.layout.counts_offset(parity, src, dst));
+    if (!wait_tagged(flag, 32, p.seq, p.timeout_ns, p.err, kPhaseNotify, info.rank, src, &word)) {
+      counts[i] = 0;
+      continue;
+    }
+    counts[i] = static_cast<int>(static_cast<uint32_t>(word));
+    if (static_cast<uint32_t>(word) == kRejectedCount) atomicMax(&rejected_by, src);
+  }
+  __syncthreads();
+  if (rejected_by >= 0) {
+    if (threadIdx.x == 0 && rejected_by != info.rank) {
+      report_error(p.err, kDevPeerRejected, kPhaseNotify, info.rank, rejected_by, 0, 0, -1, -1, 0);
+    }
+    return;
+  }
+  for (int e = threadIdx.x; e < info.experts_per_rank; e += blockDim.x) {
+    int total = 0;
+    for (int src = 0; src < world; ++src) {
+      uint64_t word = 0;
+      const auto* flag =
+          reinterpret_cast<const uint64_t*>(self + p.layout.experts_offset(parity, src, e));
+      if (wait_tagged(flag, 32, p.seq, p.timeout_ns, p.err, kPhaseNotify, info.rank, src, &word)) {
+        total += static_cast<int>(static_cast<uint32_t>(word));
+      }
+    }
+    p.recv_expert_count[e] = total;
+  }
+  for (int dst = threadIdx.x; dst < world; dst += blockDim.x) {
+    int offset = 0;
+    for (int src = 0; src < info.rank; ++src) offset += counts[src * world + dst];
+    p.send_offset[dst] = offset;
+  }
+  if (threadIdx.x == 0) {
+    int64_t num_recv = 0;
+    for (int src = 0; src < world; ++src) num_recv += counts[src * world + info.rank];
+    *reinterpret_cast<volatile int64_t*>(p.host_num_recv) = num_recv;
+    __threadfence_system();
+  }
+}
+
+__global__ void __launch_bounds__(kNotifyThreads) notify_kernel(NotifyParams p) {
+  extern __shared__ int notify_smem[];  // [max(E/W, W*W)]
+  notify_send(p, blockIdx.x, notify_smem);
+  if (blockIdx.x != 0) return;
+  __syncthreads();
+  notify_receive(p, notify_smem);
+}
+
+}  // namespace moe_ep::cuda_backend

@@ -1,0 +1,22 @@
+// Launch constants of the CUDA backend for Hopper (sm_90), worked out in comments. One place for
+// every number a launcher uses (CUB-style policy header).
+#pragma once
+
+namespace moe_ep::cuda_backend {
+
+// Data kernels: 512 threads = 16 warps per block, one warp per token row at a time. A row of
+// hidden 7168 bf16 is 14 KB, so 16 warps keep ~224 KB of loads in flight per SM.
+inline constexpr int kDataThreads = 512;
+inline constexpr int kWarpsPerDataBlock = kDataThreads / 32;
+// Default number of blocks for the data kernels: one per SM (132 on H200); MOE_EP_NUM_SMS
+// overrides. More blocks than SMs only add tail effects for a persistent loop.
+inline constexpr int kDefaultBlocksPerSm = 1;
+// Notify kernel: one block per destination rank, scanning the tokens 1024 at a time.
+inline constexpr int kNotifyThreads = 1024;
+// Elements one lane moves per step: one 16-byte vector of bf16.
+inline constexpr int kElemsPerLane = 8;
+inline constexpr int kElemsPerWarpStep = 32 * kElemsPerLane;  // 256
+// Largest world the backend accepts: the control region and notify grid scale with W*W.
+inline constexpr int kMaxWorldSize = 64;
+
+}  // namespace moe_ep::cuda_backend

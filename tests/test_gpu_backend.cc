@@ -1,0 +1,260 @@
+// GPU tests of the CUDA backend (label `gpu`): on every visible GPU, one rank per GPU on its own
+// thread, every output of dispatch and combine must equal the CPU backend's bit for bit, for all
+// 3 x 3 dtype pairs, on random shapes, zero-token ranks, fully masked tokens, pre-quantized x,
+// hidden sizes 128 to 7168 and several calls on one op. Also the error paths that need a GPU:
+// a rank that never joins (Timeout, no hang) and a rejected input on one rank. Without a GPU
+// (or without the CUDA backend) every test skips with a message.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "moe_ep/cuda.h"
+#include "testing/harness.h"
+
+#ifdef MOE_EP_WITH_CUDA
+#include "testing/gpu.h"
+#endif
+
+namespace moe_ep::testing {
+namespace {
+
+int gpus_or_skip() { return cuda_device_count(); }
+
+#define MOE_EP_REQUIRE_GPU()                                                      \
+  if (!cuda_backend_built()) GTEST_SKIP() << "moe-ep was built without CUDA";     \
+  if (gpus_or_skip() == 0) GTEST_SKIP() << "no CUDA device visible: GPU test skipped"
+
+#ifdef MOE_EP_WITH_CUDA
+
+std::vector<std::shared_ptr<Communicator>> comms_for(int world_size) {
+  std::vector<int> devices(world_size);
+  for (int i = 0; i < world_size; ++i) devices[i] = i;
+  return make_local_nccl_communicators(devices);
+}
+
+// The CUDA analogue of run_rounds: the same identity expert, outputs downloaded to the host.
+std::vector<RoundResult> run_rounds_cuda(const OpConfig& config, int world_size,
+                                         const std::vector<std::vector<RankInput>>& rounds) {
+  std::vector<RoundResult> results(rounds.size());
+  for (size_t i = 0; i < rounds.size(); ++i) {
+    results[i].inputs = rounds[i];
+    results[i].received.resize(world_size);
+    results[i].handles.resize(world_size);
+    results[i].op_uids.resize(world_size);
+    results[i].out.resize(world_size);
+    results[i].views.resize(world_size);
+  }
+  auto comms = comms_for(world_size);
+  const auto errors = run_gpu_ranks(comms, [&](int rank, const std::shared_ptr<Communicator>& c) {
+    std::shared_ptr<Op> op = create_op(c, config);
+    for (size_t i = 0; i < rounds.size(); ++i) {
+      RoundResult& res = results[i];
+      const RankInput& in = rounds[i][rank];
+      DeviceInput dev(in, rank);
+      const DispatchResult d = op->dispatch(dev.view);
+      op->synchronize(nullptr);
+      res.received[rank] = download_outputs(d);
+      res.handles[rank] = d.handle;
+      res.op_uids[rank] = op->uid();
+      const std::vector<uint16_t> y = identity_expert(res.received[rank], config);
+      DeviceBuffer y_dev = DeviceBuffer::copy_of(y);
+      // Poison the output with 0xffff (a bf16 NaN) so that an unwritten row is caught.
+      DeviceBuffer out_dev =
+          DeviceBuffer::copy_of(std::vector<uint16_t>(in.num_tokens * config.hidden, 0xffff));
+      op->combine(d.handle,
+                  TensorView::matrix(y_dev.ptr.get(), ScalarType::kBFloat16, d.num_recv,
+                                     config.hidden, DeviceType::kCuda, rank),
+                  TensorView::matrix(out_dev.ptr.get(), ScalarType::kBFloat16, in.num_tokens,
+                                     config.hidden, DeviceType::kCuda, rank),
+                  nullptr);
+      op->synchronize(nullptr);
+      res.out[rank] = download_view<uint16_t>(TensorView::matrix(
+          out_dev.ptr.get(), ScalarType::kBFloat16, in.num_tokens, config.hidden,
+          DeviceType::kCuda, rank));
+    }
+  });
+  for (int r = 0; r < world_size; ++r) {
+    if (!errors[r].empty()) ADD_FAILURE() << "rank " << r << ": " << errors[r];
+  }
+  return results;
+}
+
+void expect_equal_rounds(const RoundResult& cuda, const RoundResult& cpu, int world_size) {
+  for (int r = 0; r < world_size; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    const DispatchOutputs& a = cuda.received[r];
+    const DispatchOutputs& b = cpu.received[r];
+    EXPECT_EQ(a.num_recv, b.num_recv);
+    expect_same("recv_x", a.x_payload, b.x_payload);
+    expect_same("recv_x_scales", a.x_scales, b.x_scales);
+    expect_same("recv_topk_idx", a.topk_idx, b.topk_idx);
+    expect_same("recv_topk_weights", a.topk_weights, b.topk_weights);
+    expect_same("recv_src_rank", a.src_rank, b.src_rank);
+    expect_same("recv_src_token", a.src_token, b.src_token);
+    expect_same("recv_count_per_local_expert", a.count_per_local_expert,
+                b.count_per_local_expert);
+    expect_same("out", cuda.out[r], cpu.out[r]);
+  }
+}
+
+struct GpuCase {
+  int hidden, num_experts, topk;
+  std::vector<int64_t> tokens;  // per rank (cycled when the world is larger)
+  double mask_prob;
+  bool prequantized;
+  int rounds;
+};
+
+void run_case(const GpuCase& gc, DtypePair pair, int world_size, uint64_t seed) {
+  OpConfig config;
+  config.num_experts = gc.num_experts;
+  config.hidden = gc.hidden;
+  config.topk = gc.topk;
+  config.dispatch_dtype = pair.dispatch;
+  config.combine_dtype = pair.combine;
+  std::vector<int64_t> tokens(world_size);
+  for (int r = 0; r < world_size; ++r) tokens[r] = gc.tokens[r % gc.tokens.size()];
+  int64_t max_tokens = 1;
+  for (int64_t t : tokens) max_tokens = std::max(max_tokens, t);
+  config.max_tokens_per_rank = static_cast<int>(max_tokens);
+  InputSpec spec{config, world_size, gc.mask_prob, -1, gc.prequantized};
+  std::vector<std::vector<RankInput>> rounds;
+  for (int i = 0; i < gc.rounds; ++i) {
+    rounds.push_back(make_inputs(spec, seed + i, tokens));
+    if (tokens[0] > 0) rounds.back()[0].mask_token(0);  // a token that goes nowhere
+  }
+  SCOPED_TRACE("seed " + std::to_string(seed) + " pair " + pair_name(pair) + " hidden " +
+               std::to_string(gc.hidden) + " world " + std::to_string(world_size));
+  const auto cpu = run_rounds(config, world_size, rounds);
+  const auto cuda = run_rounds_cuda(config, world_size, rounds);
+  for (int i = 0; i < gc.rounds; ++i) {
+    SCOPED_TRACE("round " + std::to_string(i));
+    check_round(config, world_size, cpu[i], i + 1);
+    expect_equal_rounds(cuda[i], cpu[i], world_size);
+  }
+}
+
+TEST(GpuBackend, AllPairsDeepSeekShapeEqualsCpu) {
+  MOE_EP_REQUIRE_GPU();
+  const uint64_t seed = test_seed();
+  for (const DtypePair& pair : all_pairs()) {
+    run_case({7168, 256, 8, {300, 257}, 0.1, false, 1}, pair, cuda_device_count(), seed);
+  }
+}
+
+TEST(GpuBackend, OddShapesZeroTokensAndRepeatedCallsEqualCpu) {
+  MOE_EP_REQUIRE_GPU();
+  const uint64_t seed = test_seed();
+  const int world = cuda_device_count();
+  for (const DtypePair& pair : all_pairs()) {
+    run_case({128, 4 * world, 3, {5, 0, 17}, 0.3, false, 3}, pair, world, seed);
+    run_case({384, 6 * world, 6, {0, 1}, 0.0, false, 2}, pair, world, seed + 10);
+    run_case({2048, 64, 5, {1100, 900}, 0.2, false, 2}, pair, world, seed + 20);
+  }
+}
+
+TEST(GpuBackend, WorldSizeOneEqualsCpu) {
+  MOE_EP_REQUIRE_GPU();
+  for (const DtypePair& pair : all_pairs()) {
+    run_case({1024, 8, 2, {33}, 0.2, false, 2}, pair, 1, test_seed());
+  }
+}
+
+TEST(GpuBackend, PrequantizedInputEqualsCpu) {
+  MOE_EP_REQUIRE_GPU();
+  for (DispatchDtype d : {DispatchDtype::fp8, DispatchDtype::fp4}) {
+    for (CombineDtype c : kAllCombineDtypes) {
+      run_case({1536, 32, 4, {64, 40}, 0.1, true, 2}, {d, c}, cuda_device_count(), test_seed());
+    }
+  }
+}
+
+TEST(GpuBackend, RejectedInputFailsEveryRankAndOpStaysUsable) {
+  MOE_EP_REQUIRE_GPU();
+  const int world = cuda_device_count();
+  OpConfig config{16 * world, 256, 2, 8, DispatchDtype::fp8, CombineDtype::bf16, 0};
+  InputSpec spec{config, world, 0.0, -1, false};
+  auto bad = make_inputs(spec, test_seed(), std::vector<int64_t>(world, 8));
+  bad[0].topk_idx[3 * 2 + 1] = config.num_experts;  // out of range on rank 0 only
+  auto good = make_inputs(spec, test_seed() + 1, std::vector<int64_t>(world, 8));
+  std::vector<std::string> first(world);
+  std::vector<int64_t> second_recv(world, -1);
+  auto comms = comms_for(world);
+  const auto errors = run_gpu_ranks(comms, [&](int rank, const std::shared_ptr<Communicator>& c) {
+    auto op = create_op(c, config);
+    DeviceInput in_bad(bad[rank], rank);
+    try {
+      op->dispatch(in_bad.view);
+    } catch (const InvalidArgument& e) {
+      first[rank] = e.what();
+    }
+    DeviceInput in_good(good[rank], rank);
+    const DispatchResult d = op->dispatch(in_good.view);
+    op->synchronize(nullptr);
+    second_recv[rank] = d.num_recv;
+  });
+  for (int r = 0; r < world; ++r) {
+    EXPECT_EQ(errors[r], "") << "rank " << r;
+    EXPECT_GE(second_recv[r], 0) << "rank " << r << ": the op must stay usable";
+  }
+  EXPECT_NE(first[0].find("topk_idx[3][1]=" + std::to_string(config.num_experts)),
+            std::string::npos)
+      << first[0];
+  for (int r = 1; r < world; ++r) {
+    EXPECT_NE(first[r].find("rank 0 rejected its input"), std::string::npos) << first[r];
+  }
+}
+
+TEST(GpuBackend, RankThatNeverJoinsGivesTimeoutNotHang) {
+  MOE_EP_REQUIRE_GPU();
+  const int world = cuda_device_count();
+  if (world < 2) GTEST_SKIP() << "needs 2 GPUs";
+  // Knobs are read once per process; this test runs in its own process under ctest.
+  setenv("MOE_EP_TIMEOUT_S", "2", 1);
+  OpConfig config{8 * world, 256, 2, 8, DispatchDtype::bf16, CombineDtype::bf16, 0};
+  InputSpec spec{config, world, 0.0, -1, false};
+  auto inputs = make_inputs(spec, test_seed(), std::vector<int64_t>(world, 8));
+  std::vector<std::string> messages(world);
+  std::vector<double> seconds(world, 0);
+  auto comms = comms_for(world);
+  run_gpu_ranks(comms, [&](int rank, const std::shared_ptr<Communicator>& c) {
+    auto op = create_op(c, config);
+    if (rank == world - 1) {
+      // Joins only after the others gave up, so that its own wait times out too and every
+      // op ends poisoned (a poisoned op skips the collective teardown).
+      std::this_thread::sleep_for(std::chrono::seconds(4));
+    }
+    DeviceInput in(inputs[rank], rank);
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      op->dispatch(in.view);
+      op->synchronize(nullptr);
+    } catch (const Timeout& e) {
+      messages[rank] = e.what();
+    }
+    seconds[rank] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    try {
+      op->dispatch(in.view);
+      messages[rank] += " | second call did not fail";
+    } catch (const InvalidUsage& e) {
+      messages[rank] += std::string(" | ") + e.what();
+    }
+  });
+  for (int r = 0; r < world - 1; ++r) {
+    EXPECT_NE(messages[r].find("timed out"), std::string::npos) << messages[r];
+    EXPECT_NE(messages[r].find("waited for rank " + std::to_string(world - 1)),
+              std::string::npos)
+        << messages[r];
+    EXPECT_NE(messages[r].find("op unusable after"), std::string::npos) << messages[r];
+    EXPECT_LT(seconds[r], 10.0) << "rank " << r << " took " << seconds[r] << " s";
+  }
+}
+
+#else
+
+TEST(GpuBackend, SkippedWithoutCuda) { GTEST_SKIP() << "moe-ep was built without CUDA"; }
+
+#endif  // MOE_EP_WITH_CUDA
+
+}  // namespace
+}  // namespace moe_ep::testing
