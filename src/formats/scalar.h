@@ -7,6 +7,7 @@
 #include <cuda_fp4.h>
 #include <cuda_fp8.h>
 
+#include <cmath>  // fmaxf on the host
 #include <cstdint>
 #include <cstring>
 
@@ -86,8 +87,10 @@ MOE_EP_HD uint8_t e2m1_rne(float x) {
 
 MOE_EP_HD float e2m1_to_float(uint8_t q) {
   // magnitudes of codes 0..7: 0, 0.5, 1, 1.5, 2, 3, 4, 6
+  // codes 4..7 are 2^((m >> 1) - 1) * (1 or 1.5): 2, 3, 4, 6
   const uint32_t m = q & 0x7;
-  float v = m < 4 ? 0.5f * static_cast<float>(m) : static_cast<float>(1u << (m - 2)) * (m & 1 ? 1.5f : 1.0f);
+  float v = m < 4 ? 0.5f * static_cast<float>(m)
+                  : static_cast<float>(1u << ((m >> 1) - 1)) * (m & 1 ? 1.5f : 1.0f);
   return (q & 0x8) ? -v : v;
 }
 
