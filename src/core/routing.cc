@@ -36,13 +36,29 @@ SendPlan plan_sends(const RoutingShape& shape, const int32_t* topk_idx, int64_t 
   return plan;
 }
 
+void count_rows_per_local_expert(const RoutingShape& shape, const int32_t* local_topk_idx,
+                                 int64_t num_rows, int32_t* counts) {
+  const int local_experts = shape.experts_per_rank();
+  for (int e = 0; e < local_experts; ++e) counts[e] = 0;
+  for (int64_t row = 0; row < num_rows; ++row) {
+    const int32_t* slots = local_topk_idx + row * shape.topk;
+    for (int k = 0; k < shape.topk; ++k) {
+      if (slots[k] < 0) continue;
+      bool first = true;  // count a row once per expert even if a slot repeats it
+      for (int j = 0; j < k; ++j) first = first && slots[j] != slots[k];
+      if (first) ++counts[slots[k]];
+    }
+  }
+}
+
 int64_t recv_offset(const std::vector<std::vector<int64_t>>& counts, int src, int dest) {
   int64_t offset = 0;
   for (int s = 0; s < src; ++s) offset += counts[s][dest];
   return offset;
 }
 
-std::string find_bad_topk(const RoutingShape& shape, const int32_t* topk_idx, int64_t num_tokens) {
+std::string find_bad_topk(const RoutingShape& shape, const int32_t* topk_idx, int64_t num_tokens,
+                          bool check_duplicates) {
   for (int64_t t = 0; t < num_tokens; ++t) {
     const int32_t* slots = topk_idx + t * shape.topk;
     for (int k = 0; k < shape.topk; ++k) {
@@ -51,7 +67,7 @@ std::string find_bad_topk(const RoutingShape& shape, const int32_t* topk_idx, in
                               " is out of range: expert ids must be in [-1, ", shape.num_experts,
                               ")");
       }
-      for (int j = 0; j < k; ++j) {
+      for (int j = 0; check_duplicates && j < k; ++j) {
         if (slots[k] >= 0 && slots[j] == slots[k]) {
           return detail::concat("topk_idx[", t, "] names expert ", slots[k], " twice (slots ", j,
                                 " and ", k, "): each expert may appear once per token");

@@ -34,13 +34,22 @@ bool token_goes_to(const RoutingShape& shape, const int32_t* slots, int dest);
 // The receive-side slot view: local expert id for slots owned by `dest`, else -1.
 void local_slots(const RoutingShape& shape, const int32_t* slots, int dest, int32_t* out);
 
+// Rows per local expert on the receiving side: counts[e] = number of rows of `local_topk_idx`
+// ([num_rows, K], local ids or -1) with some slot naming local expert e (once per row even if a
+// row names e twice). counts: [E/W].
+void count_rows_per_local_expert(const RoutingShape& shape, const int32_t* local_topk_idx,
+                                 int64_t num_rows, int32_t* counts);
+
 // Offset of source `src`'s rows in `dest`'s receive buffer, given counts[s][dest] for all s:
 // rows are ordered by source rank, then by source token index.
 int64_t recv_offset(const std::vector<std::vector<int64_t>>& counts, int src, int dest);
 
 // Validation scans (DESIGN 6). Each returns an empty string when the data is fine, else a
-// message naming the argument, the (token, column) and the rule.
-std::string find_bad_topk(const RoutingShape& shape, const int32_t* topk_idx, int64_t num_tokens);
+// message naming the argument, the (token, column) and the rule. find_bad_topk always checks the
+// range [-1, E); the duplicate check (an expert named twice in one token) is the validation-mode
+// part and can be turned off, since the range check alone is cheap enough to run on every call.
+std::string find_bad_topk(const RoutingShape& shape, const int32_t* topk_idx, int64_t num_tokens,
+                          bool check_duplicates = true);
 std::string find_nonfinite_bf16(const char* name, const uint16_t* x, int64_t rows, int64_t cols);
 std::string find_nonfinite_f32(const char* name, const float* w, int64_t rows, int64_t cols);
 

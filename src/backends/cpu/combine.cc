@@ -1,0 +1,103 @@
+// Combine on the CPU backend (DESIGN 3). Step 1 checks the handle (this op, latest dispatch) and
+// the shapes of y and out; verdicts are exchanged at "combine/publish". The sender encodes each
+// row of y in the combine wire format into the source rank's combine buffer at (this rank, source
+// token); after "combine/exchange" the receiver decodes, for each of its tokens, the rows of the
+// ranks it was sent to in ascending rank order and sums them in fp32 from 0.0f, then rounds to
+// bf16. A token sent nowhere (every slot masked) is never touched and comes out as zeros.
+#include <vector>
+
+#include "backends/cpu/cpu_op.h"
+#include "backends/cpu/tensor_checks.h"
+#include "core/check.h"
+#include "formats/codecs.h"
+
+namespace moe_ep::cpu_backend {
+
+// Throws InvalidArgument (without the "combine: " prefix, which the verdict adds).
+void CpuOp::check_combine_args(const Handle& handle, const TensorView& y,
+                               const TensorView& out) const {
+  MOE_EP_CHECK_ARG(handle.op_uid == uid_, "handle belongs to op uid ", handle.op_uid,
+                   ", not to this op (uid ", uid_, ")");
+  MOE_EP_CHECK_ARG(call_seq_ > 0, "handle.call_seq=", handle.call_seq, " but op uid ", uid_,
+                   " has not dispatched yet");
+  MOE_EP_CHECK_ARG(handle.call_seq == call_seq_, "handle is from dispatch call ", handle.call_seq,
+                   " of op uid ", uid_, ", but the latest dispatch is call ", call_seq_,
+                   "; combine takes the handle of the latest dispatch");
+  MOE_EP_CHECK_ARG(handle.num_tokens == num_tokens_ && handle.num_recv == num_recv_,
+                   "handle has num_tokens=", handle.num_tokens, ", num_recv=", handle.num_recv,
+                   " but dispatch call ", call_seq_, " had num_tokens=", num_tokens_,
+                   ", num_recv=", num_recv_);
+  check_matrix("y", y, ScalarType::kBFloat16, handle.num_recv, "handle.num_recv", config_.hidden,
+               "hidden");
+  check_matrix("out", out, ScalarType::kBFloat16, handle.num_tokens, "handle.num_tokens",
+               config_.hidden, "hidden");
+}
+
+void CpuOp::combine(const Handle& handle, const TensorView& y, const TensorView& out,
+                    void* /*stream*/) {
+  check_usable();
+  RankPost& post = my_post();
+  post.error.clear();
+  try {
+    check_combine_args(handle, y, out);
+  } catch (const InvalidArgument& e) {
+    post.error = e.what();
+  }
+  sync("combine/publish");
+  throw_if_rejected("combine");
+  guarded([&] {
+    send_combine_rows(y);
+    sync("combine/exchange");  // every partial result has landed
+    receive_combine(out);
+  });
+}
+
+// Sender role: received row i came from (src rank, src token); its partial result goes back to
+// that rank's combine buffer at row (this rank, src token), encoded as the wire carries it.
+void CpuOp::send_combine_rows(const TensorView& y) {
+  const int64_t h = config_.hidden;
+  const int64_t max_tokens = config_.max_tokens_per_rank;
+  const int64_t payload = payload_bytes(config_.combine_dtype, h);  // bytes per row
+  const int64_t scales = scale_bytes(config_.combine_dtype, h);     // bytes per row
+  const uint16_t* y_rows = y.ptr<uint16_t>();                       // [num_recv, hidden] bf16
+  formats::visit_format(config_.combine_dtype, [&](auto format) {
+    using F = decltype(format);
+    for (int64_t i = 0; i < num_recv_; ++i) {
+      RankBuffers& dst = shared_->buffers[route_src_rank_[i]];
+      const int64_t row = rank_ * max_tokens + route_src_token_[i];
+      formats::encode_row<F>(
+          y_rows + i * h, h, dst.combine_payload.data() + row * payload,
+          reinterpret_cast<typename F::Scale*>(dst.combine_scales.data() + row * scales));
+    }
+  });
+}
+
+// Receiver role: out[t] = bf16(sum over destination ranks r of t, ascending, of decode(row(r, t)))
+// with the sum in fp32 starting from 0.0f.
+void CpuOp::receive_combine(const TensorView& out) {
+  const int64_t h = config_.hidden;
+  const int64_t max_tokens = config_.max_tokens_per_rank;
+  const int64_t payload = payload_bytes(config_.combine_dtype, h);  // bytes per row
+  const int64_t scales = scale_bytes(config_.combine_dtype, h);     // bytes per row
+  const RankBuffers& mine = shared_->buffers[rank_];
+  std::vector<float> sums(num_tokens_ * h, 0.0f);  // [num_tokens, hidden]
+  std::vector<float> decoded(h);                   // [hidden]
+  formats::visit_format(config_.combine_dtype, [&](auto format) {
+    using F = decltype(format);
+    for (int r = 0; r < world_size_; ++r) {
+      for (const int32_t t : plan_.tokens_per_dest[r]) {
+        const int64_t row = r * max_tokens + t;
+        formats::decode_row<F>(
+            mine.combine_payload.data() + row * payload,
+            reinterpret_cast<const typename F::Scale*>(mine.combine_scales.data() + row * scales),
+            h, decoded.data());
+        float* sum = sums.data() + t * h;
+        for (int64_t j = 0; j < h; ++j) sum[j] += decoded[j];
+      }
+    }
+  });
+  uint16_t* out_rows = out.ptr<uint16_t>();  // [num_tokens, hidden] bf16
+  for (int64_t i = 0; i < num_tokens_ * h; ++i) out_rows[i] = formats::float_to_bf16(sums[i]);
+}
+
+}  // namespace moe_ep::cpu_backend

@@ -1,0 +1,65 @@
+// State shared by the W rank-objects (CpuOp) of one CPU op: the bounded barrier, what each rank
+// publishes before a barrier (its configuration at creation; per call its input status and send
+// counts) and every rank's receive buffers. Ranks are threads, so a "send" is a store into the
+// destination rank's buffers, the CPU analogue of a kernel storing into a peer over NVLink.
+//
+// Ownership rules: rank r writes only slots[r].* and the rows of peers' buffers that the routing
+// assigns to it; it reads peers' slots only between the barrier they were published for and the
+// next one. Per-call posts are double-buffered by barrier parity (post[g % 2] is published for
+// barrier g), so a rank that has passed barrier g and publishes for g+1 never overwrites what a
+// slower rank is still reading after g.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/barrier.h"
+#include "moe_ep/errors.h"
+#include "moe_ep/op.h"
+
+namespace moe_ep::cpu_backend {
+
+// One rank's receive buffers, allocated by that rank at creation for the worst case: every rank
+// sends it every token (W * Tmax rows). Peers write into them during dispatch and combine.
+struct RankBuffers {
+  // Dispatch receive side, rows in canonical order (source rank, then source token).
+  std::vector<uint8_t> recv_payload;                 // [W * Tmax, dispatch payload bytes]
+  std::vector<uint8_t> recv_scales;                  // [W * Tmax, dispatch scale bytes]
+  std::vector<int32_t> recv_topk_idx;                // [W * Tmax, K] local expert id or -1
+  std::vector<float> recv_topk_weights;              // [W * Tmax, K]
+  std::vector<int32_t> recv_src_rank;                // [W * Tmax]
+  std::vector<int32_t> recv_src_token;               // [W * Tmax]
+  std::vector<int32_t> recv_count_per_local_expert;  // [E / W]
+  // Combine receive side: row (r, t) is rank r's partial result for this rank's token t, in the
+  // combine wire format. A token sent to rank r has exactly one row there.
+  std::vector<uint8_t> combine_payload;  // [W, Tmax, combine payload bytes]
+  std::vector<uint8_t> combine_scales;   // [W, Tmax, combine scale bytes]
+};
+
+// What a rank publishes before a barrier of a dispatch or combine call.
+struct RankPost {
+  std::string error;                 // empty: this rank accepted its input (else InvalidArgument)
+  int64_t num_tokens = 0;            // T of this rank (dispatch)
+  std::vector<int64_t> send_counts;  // [W] rows this rank sends to each destination (dispatch)
+};
+
+struct RankSlot {
+  // creation
+  OpConfig config;
+  ErrorCode create_error_code = ErrorCode::kInvalidArgument;
+  std::string create_error;  // empty: this rank accepted the configuration
+  // per call, indexed by barrier parity
+  RankPost post[2];
+};
+
+struct OpShared {
+  OpShared(int world_size, double timeout_s)
+      : barrier(world_size, timeout_s), slots(world_size), buffers(world_size) {}
+  BoundedBarrier barrier;
+  std::vector<RankSlot> slots;       // [W]
+  std::vector<RankBuffers> buffers;  // [W]
+};
+
+}  // namespace moe_ep::cpu_backend

@@ -1,0 +1,194 @@
+// The backend-independent part of the op (DESIGN 5-6): OpConfig equality and description, the
+// pure configuration check (every rule names the field, its value and the rule), create_op, which
+// picks the backend from the communicator, and the per-rank LRU OpCache. The cache is keyed by
+// (group, rank, full configuration); because every rank of a group makes the same get() calls in
+// the same order, every rank creates and evicts the same ops in the same order, which is what
+// makes collective creation and destruction safe.
+#include "moe_ep/op.h"
+
+#include <list>
+#include <sstream>
+#include <utility>
+
+#include "backends/cpu/backend.h"
+#include "core/check.h"
+
+#if MOE_EP_WITH_CUDA
+#include "backends/cuda/factory.h"
+#endif
+
+namespace moe_ep {
+namespace {
+
+// Upper limits: far above any deployment (DeepSeek-V3: E=256, K=8, H=7168; the largest public
+// MoEs use E<=512, K<=16, H<=16384) and low enough that sizes stay well inside int32 row indices
+// and int64 byte offsets: W * max_tokens <= 2^10 * 2^20 = 2^30 rows.
+constexpr int kMaxWorldSize = 1024;
+constexpr int kMaxExperts = 4096;
+constexpr int kMaxTopk = 64;
+constexpr int kMaxHidden = 65536;
+constexpr int kMaxTokensPerRank = 1 << 20;
+
+bool valid_enum(DispatchDtype d) {
+  return static_cast<int>(d) <= static_cast<int>(DispatchDtype::fp4);
+}
+bool valid_enum(CombineDtype d) {
+  return static_cast<int>(d) <= static_cast<int>(CombineDtype::fp8_direct_cast);
+}
+
+// hidden must be a multiple of the block size of the format.
+template <typename Dtype>
+void check_block_for(int hidden, Dtype dtype, const char* leg) {
+  const int block = block_size(dtype);
+  MOE_EP_CHECK_ARG(block == 0 || hidden % block == 0, "hidden=", hidden, " is not a multiple of ",
+                   block, ", the block size of ", to_string(dtype), " (", leg, ")");
+}
+
+// Every payload row on the wire is a whole number of 16-byte units (kRowAlignBytes). After the
+// block and bf16 rules this only bites for float8_direct_cast, whose rows are `hidden` bytes.
+template <typename Dtype>
+void check_row_bytes_for(int hidden, Dtype dtype, const char* leg) {
+  const int64_t row_bytes = payload_bytes(dtype, hidden);
+  MOE_EP_CHECK_ARG(row_bytes % kRowAlignBytes == 0, "hidden=", hidden, " gives ", row_bytes,
+                   "-byte rows in ", to_string(dtype), " (", leg, "); rows must be whole ",
+                   kRowAlignBytes, "-byte units (hidden a multiple of ",
+                   kRowAlignBytes * hidden / row_bytes, ")");
+}
+
+}  // namespace
+
+const char* to_string(Backend backend) {
+  switch (backend) {
+    case Backend::kCpu: return "cpu";
+    case Backend::kCuda: return "cuda";
+  }
+  return "unknown";
+}
+
+bool OpConfig::operator==(const OpConfig& other) const {
+  return num_experts == other.num_experts && hidden == other.hidden && topk == other.topk &&
+         max_tokens_per_rank == other.max_tokens_per_rank &&
+         dispatch_dtype == other.dispatch_dtype && combine_dtype == other.combine_dtype &&
+         instance_id == other.instance_id;
+}
+
+std::string OpConfig::describe() const {
+  std::ostringstream os;
+  os << "num_experts=" << num_experts << " hidden=" << hidden << " topk=" << topk
+     << " max_tokens_per_rank=" << max_tokens_per_rank
+     << " dispatch_dtype=" << (valid_enum(dispatch_dtype) ? to_string(dispatch_dtype) : "invalid")
+     << " combine_dtype=" << (valid_enum(combine_dtype) ? to_string(combine_dtype) : "invalid")
+     << " instance_id=" << instance_id;
+  return os.str();
+}
+
+void check_config(const OpConfig& config, int world_size) {
+  MOE_EP_CHECK_ARG(world_size >= 1, "world_size=", world_size, " must be >= 1");
+  MOE_EP_CHECK_ARG(world_size <= kMaxWorldSize, "world_size=", world_size, " exceeds the limit ",
+                   kMaxWorldSize);
+
+  const int e = config.num_experts;
+  MOE_EP_CHECK_ARG(e >= 1, "num_experts=", e, " must be >= 1");
+  MOE_EP_CHECK_ARG(e <= kMaxExperts, "num_experts=", e, " exceeds the limit ", kMaxExperts);
+  MOE_EP_CHECK_ARG(e % world_size == 0, "num_experts=", e,
+                   " is not divisible by world_size=", world_size);
+
+  const int k = config.topk;
+  MOE_EP_CHECK_ARG(k >= 1 && k <= e, "topk=", k, " must be in [1, num_experts=", e, "]");
+  MOE_EP_CHECK_ARG(k <= kMaxTopk, "topk=", k, " exceeds the limit ", kMaxTopk);
+
+  MOE_EP_CHECK_ARG(valid_enum(config.dispatch_dtype),
+                   "dispatch_dtype=", static_cast<int>(config.dispatch_dtype),
+                   " is not a valid DispatchDtype; valid values: ", valid_dispatch_values());
+  MOE_EP_CHECK_ARG(valid_enum(config.combine_dtype),
+                   "combine_dtype=", static_cast<int>(config.combine_dtype),
+                   " is not a valid CombineDtype; valid values: ", valid_combine_values());
+
+  const int h = config.hidden;
+  MOE_EP_CHECK_ARG(h >= 1, "hidden=", h, " must be >= 1");
+  MOE_EP_CHECK_ARG(h <= kMaxHidden, "hidden=", h, " exceeds the limit ", kMaxHidden);
+  // Block sizes first: they are the rule a user of a quantized format most likely broke.
+  check_block_for(h, config.dispatch_dtype, "dispatch");
+  check_block_for(h, config.combine_dtype, "combine");
+  // x, y and out are bf16 whatever the wire formats are.
+  MOE_EP_CHECK_ARG(h % 8 == 0, "hidden=", h,
+                   " is not a multiple of 8: bf16 rows must be whole 16-byte units");
+  check_row_bytes_for(h, config.dispatch_dtype, "dispatch");
+  check_row_bytes_for(h, config.combine_dtype, "combine");
+
+  const int t = config.max_tokens_per_rank;
+  MOE_EP_CHECK_ARG(t >= 1, "max_tokens_per_rank=", t, " must be >= 1");
+  MOE_EP_CHECK_ARG(t <= kMaxTokensPerRank, "max_tokens_per_rank=", t, " exceeds the limit ",
+                   kMaxTokensPerRank);
+}
+
+std::shared_ptr<Op> create_op(const std::shared_ptr<Communicator>& comm, const OpConfig& config) {
+  MOE_EP_CHECK_ARG(comm != nullptr, "create_op: comm is null");
+  switch (comm->backend()) {
+    case Backend::kCpu:
+      // The CPU backend runs check_config inside its creation rendezvous, so that a configuration
+      // rejected on one rank fails every rank at once instead of leaving the others waiting.
+      return cpu_backend::create_op(comm, config);
+    case Backend::kCuda:
+#if MOE_EP_WITH_CUDA
+      check_config(config, comm->size());
+      return cuda_backend::create_op(comm, config);
+#else
+      throw InvalidArgument("create_op: backend cuda is not built into this moe-ep");
+#endif
+  }
+  throw InvalidArgument(detail::concat("create_op: communicator backend ",
+                                       static_cast<int>(comm->backend()), " is not cpu or cuda"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// OpCache: a list in recency order (front = most recent). Capacities are tiny (4), so a linear
+// search is simpler than a map and as fast. Not thread-safe: one cache per rank, like the ops.
+
+struct OpCache::Impl {
+  struct Entry {
+    uint64_t group_id;
+    int rank;
+    OpConfig config;
+    std::shared_ptr<Op> op;
+  };
+  size_t capacity;
+  std::list<Entry> entries;  // most recently used first
+  std::vector<std::string> eviction_log;
+};
+
+OpCache::OpCache(size_t capacity) : impl_(std::make_unique<Impl>()) {
+  MOE_EP_CHECK_ARG(capacity >= 1, "OpCache capacity=", capacity, " must be >= 1");
+  impl_->capacity = capacity;
+}
+
+OpCache::~OpCache() = default;
+
+std::shared_ptr<Op> OpCache::get(const std::shared_ptr<Communicator>& comm,
+                                 const OpConfig& config) {
+  MOE_EP_CHECK_ARG(comm != nullptr, "OpCache::get: comm is null");
+  const uint64_t group_id = comm->group_id();
+  const int rank = comm->rank();
+  auto& entries = impl_->entries;
+  for (auto it = entries.begin(); it != entries.end(); ++it) {
+    if (it->group_id == group_id && it->rank == rank && it->config == config) {
+      entries.splice(entries.begin(), entries, it);  // now the most recent
+      return entries.front().op;
+    }
+  }
+  // Create first: a creation that throws leaves the cache as it was on every rank.
+  std::shared_ptr<Op> op = create_op(comm, config);
+  if (entries.size() >= impl_->capacity) {
+    impl_->eviction_log.push_back(entries.back().config.describe());
+    entries.pop_back();  // releases the cache's reference; the op goes with the last one
+  }
+  entries.push_front(Impl::Entry{group_id, rank, config, op});
+  return op;
+}
+
+size_t OpCache::size() const { return impl_->entries.size(); }
+size_t OpCache::capacity() const { return impl_->capacity; }
+const std::vector<std::string>& OpCache::eviction_log() const { return impl_->eviction_log; }
+void OpCache::clear() { impl_->entries.clear(); }
+
+}  // namespace moe_ep

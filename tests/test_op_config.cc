@@ -1,0 +1,173 @@
+// The pure configuration check (check_config) rule by rule, OpConfig equality and description,
+// backend names, and the argument errors of create_op and CpuWorld::create. Each rule is checked
+// for the exception type and for a message naming the field, the value and the rule.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "moe_ep/cpu.h"
+#include "moe_ep/op.h"
+#include "testing/ranks.h"
+
+namespace moe_ep {
+namespace {
+
+using testing::expect_error;
+using testing::outcome_of;
+
+OpConfig valid() {
+  OpConfig c;
+  c.num_experts = 64;
+  c.hidden = 7168;
+  c.topk = 8;
+  c.max_tokens_per_rank = 4096;
+  c.dispatch_dtype = DispatchDtype::fp8;
+  c.combine_dtype = CombineDtype::bf16;
+  return c;
+}
+
+void expect_rejected(const OpConfig& c, int world_size, const std::vector<std::string>& fragments) {
+  expect_error(outcome_of([&] { check_config(c, world_size); }), ErrorCode::kInvalidArgument,
+               fragments);
+}
+
+TEST(OpConfig, ValidConfigurationsPass) {
+  EXPECT_NO_THROW(check_config(valid(), 8));
+  OpConfig c = valid();
+  c.hidden = 2880;  // gpt-oss: 90 mxfp4 blocks, bf16 combine
+  c.dispatch_dtype = DispatchDtype::fp4;
+  EXPECT_NO_THROW(check_config(c, 8));
+  c.hidden = 8;  // bf16 on both legs only needs whole 16-byte rows
+  c.dispatch_dtype = DispatchDtype::bf16;
+  EXPECT_NO_THROW(check_config(c, 1));
+}
+
+TEST(OpConfig, WorldSize) {
+  expect_rejected(valid(), 0, {"world_size=0 must be >= 1"});
+  expect_rejected(valid(), 2048, {"world_size=2048 exceeds the limit 1024"});
+}
+
+TEST(OpConfig, NumExperts) {
+  OpConfig c = valid();
+  c.num_experts = 0;
+  expect_rejected(c, 1, {"num_experts=0 must be >= 1"});
+  c.num_experts = 10;
+  c.topk = 2;
+  expect_rejected(c, 4, {"num_experts=10 is not divisible by world_size=4"});
+  c.num_experts = 8192;
+  expect_rejected(c, 4, {"num_experts=8192 exceeds the limit 4096"});
+}
+
+TEST(OpConfig, Topk) {
+  OpConfig c = valid();
+  c.topk = 0;
+  expect_rejected(c, 8, {"topk=0 must be in [1, num_experts=64]"});
+  c.topk = 65;
+  expect_rejected(c, 8, {"topk=65 must be in [1, num_experts=64]"});
+  c.num_experts = 256;
+  c.topk = 100;
+  expect_rejected(c, 8, {"topk=100 exceeds the limit 64"});
+}
+
+TEST(OpConfig, HiddenBlockSizes) {
+  OpConfig c = valid();
+  c.hidden = 7100;
+  expect_rejected(c, 8,
+                  {"hidden=7100 is not a multiple of 128, the block size of float8_blockwise "
+                   "(dispatch)"});
+  c.dispatch_dtype = DispatchDtype::fp4;
+  expect_rejected(c, 8,
+                  {"hidden=7100 is not a multiple of 32, the block size of mxfp4_blockwise "
+                   "(dispatch)"});
+  c.hidden = 2880;
+  c.combine_dtype = CombineDtype::fp8;
+  expect_rejected(c, 8,
+                  {"hidden=2880 is not a multiple of 128, the block size of float8_blockwise "
+                   "(combine)"});
+}
+
+TEST(OpConfig, HiddenRowsOfSixteenBytes) {
+  OpConfig c = valid();
+  c.dispatch_dtype = DispatchDtype::bf16;
+  c.hidden = 100;
+  expect_rejected(c, 8, {"hidden=100 is not a multiple of 8", "16-byte"});
+  // fp8 direct cast rows are `hidden` bytes: whole 16-byte units need hidden % 16 == 0.
+  c.hidden = 24;
+  c.combine_dtype = CombineDtype::fp8_direct_cast;
+  expect_rejected(c, 8, {"hidden=24 gives 24-byte rows in float8_direct_cast (combine)"});
+}
+
+TEST(OpConfig, HiddenRange) {
+  OpConfig c = valid();
+  c.hidden = 0;
+  expect_rejected(c, 8, {"hidden=0 must be >= 1"});
+  c.hidden = 65536 * 2;
+  expect_rejected(c, 8, {"hidden=131072 exceeds the limit 65536"});
+}
+
+TEST(OpConfig, MaxTokens) {
+  OpConfig c = valid();
+  c.max_tokens_per_rank = 0;
+  expect_rejected(c, 8, {"max_tokens_per_rank=0 must be >= 1"});
+  c.max_tokens_per_rank = 1 << 21;
+  expect_rejected(c, 8, {"max_tokens_per_rank=2097152 exceeds the limit"});
+}
+
+TEST(OpConfig, DtypeEnumsOutOfRange) {
+  OpConfig c = valid();
+  c.dispatch_dtype = static_cast<DispatchDtype>(7);
+  expect_rejected(c, 8, {"dispatch_dtype=7 is not a valid DispatchDtype"});
+  c = valid();
+  c.combine_dtype = static_cast<CombineDtype>(9);
+  expect_rejected(c, 8, {"combine_dtype=9 is not a valid CombineDtype"});
+}
+
+TEST(OpConfig, EqualityCoversEveryField) {
+  const OpConfig base = valid();
+  EXPECT_TRUE(base == valid());
+  std::vector<OpConfig> changed(7, base);
+  changed[0].num_experts = 128;
+  changed[1].hidden = 4096;
+  changed[2].topk = 4;
+  changed[3].max_tokens_per_rank = 128;
+  changed[4].dispatch_dtype = DispatchDtype::fp4;
+  changed[5].combine_dtype = CombineDtype::fp8;
+  changed[6].instance_id = 3;
+  for (const OpConfig& c : changed) EXPECT_FALSE(c == base) << c.describe();
+}
+
+TEST(OpConfig, Describe) {
+  EXPECT_EQ(valid().describe(),
+            "num_experts=64 hidden=7168 topk=8 max_tokens_per_rank=4096 "
+            "dispatch_dtype=float8_blockwise combine_dtype=bfloat16 instance_id=0");
+}
+
+TEST(OpConfig, BackendNames) {
+  EXPECT_STREQ(to_string(Backend::kCpu), "cpu");
+  EXPECT_STREQ(to_string(Backend::kCuda), "cuda");
+}
+
+TEST(OpConfig, CreateOpWithNullCommunicator) {
+  expect_error(outcome_of([] { create_op(nullptr, valid()); }), ErrorCode::kInvalidArgument,
+               {"create_op: comm is null"});
+}
+
+TEST(OpConfig, CpuWorldArguments) {
+  expect_error(outcome_of([] { CpuWorld::create(0); }), ErrorCode::kInvalidArgument,
+               {"world_size=0"});
+  expect_error(outcome_of([] { CpuWorld::create(2, -1.0); }), ErrorCode::kInvalidArgument,
+               {"timeout_s=-1"});
+  auto world = CpuWorld::create(2, 1.0);
+  EXPECT_EQ(world->size(), 2);
+  EXPECT_EQ(world->communicator(1)->rank(), 1);
+  EXPECT_EQ(world->communicator(1)->size(), 2);
+  EXPECT_EQ(world->communicator(0)->backend(), Backend::kCpu);
+  EXPECT_EQ(world->communicator(0)->group_id(), world->communicator(1)->group_id());
+  EXPECT_NE(world->communicator(0)->group_id(), CpuWorld::create(1)->communicator(0)->group_id());
+  expect_error(outcome_of([&] { world->communicator(2); }), ErrorCode::kInvalidArgument,
+               {"rank=2 must be in [0, world_size=2)"});
+}
+
+}  // namespace
+}  // namespace moe_ep
