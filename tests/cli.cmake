@@ -1,0 +1,102 @@
+# Tests of the `moe-ep` command line (DESIGN 9), labelled `cpu`: small checked benches that must
+# end in "# wrong: 0 OK", the --json output, `moe-ep config`, and one test per bad argument
+# asserting exit code 2 and a single stderr line that names the argument and the value.
+# The drivers are tests/cli/*.sh; each test runs in well under 10 s on two cores.
+if(NOT TARGET moe-ep)
+  return()
+endif()
+
+set(MOE_EP_CLI_DIR ${CMAKE_CURRENT_LIST_DIR}/cli)
+set(MOE_EP_CLI $<TARGET_FILE:moe-ep>)
+
+# moe_ep_cli_ok(name PATTERN... -- ARGS...): moe-ep ARGS exits 0 and prints every PATTERN.
+function(moe_ep_cli_ok name)
+  add_test(NAME cli_${name} COMMAND bash ${MOE_EP_CLI_DIR}/expect_output.sh ${ARGN})
+  set_tests_properties(cli_${name} PROPERTIES LABELS cpu TIMEOUT 60
+                       ENVIRONMENT "MOE_EP_VALIDATE=1")
+endfunction()
+
+# moe_ep_cli_error(name RC PATTERN... -- COMMAND...): exit RC, one stderr line with every PATTERN.
+function(moe_ep_cli_error name)
+  add_test(NAME cli_${name} COMMAND bash ${MOE_EP_CLI_DIR}/expect_error.sh ${ARGN})
+  set_tests_properties(cli_${name} PROPERTIES LABELS cpu TIMEOUT 60)
+endfunction()
+
+# Checked benches: every pair, bit-exact against tools/reference.cc.
+set(small --hidden 256 --iters 2 --warmup 1)
+moe_ep_cli_ok(bench_small "# wrong: 0 OK" --
+              ${MOE_EP_CLI} bench --ranks 3 --experts 12 --topk 5 --tokens 1 ${small})
+moe_ep_cli_ok(bench_world1 "# wrong: 0 OK" "ranks 1" --
+              ${MOE_EP_CLI} bench --ranks 1 --experts 4 --topk 2 --tokens 5 ${small})
+moe_ep_cli_ok(bench_zero_tokens "# wrong: 0 OK" --
+              ${MOE_EP_CLI} bench --ranks 2 --experts 4 --topk 2 --tokens 0 ${small})
+moe_ep_cli_ok(bench_masked "# wrong: 0 OK" "masked 0.5" --
+              ${MOE_EP_CLI} bench --ranks 4 --experts 8 --topk 3 --tokens 16 --max-tokens 32
+              --masked-fraction 0.5 --seed 3 ${small})
+moe_ep_cli_ok(bench_all_masked "# wrong: 0 OK" --
+              ${MOE_EP_CLI} bench --ranks 4 --experts 8 --topk 8 --tokens 8 --masked-fraction 1
+              ${small})
+moe_ep_cli_ok(bench_string_values "fp4      fp8_direct_cast" "# wrong: 0 OK" --
+              ${MOE_EP_CLI} bench --ranks 2 --experts 4 --topk 2 --tokens 4
+              --dispatch-dtype mxfp4_blockwise --combine-dtype float8_direct_cast ${small})
+moe_ep_cli_ok(bench_auto_fp4 "dispatch dtype auto -> fp4" "combine dtype auto -> fp8"
+              "fp4      fp8 " "# wrong: 0 OK" --
+              ${MOE_EP_CLI} bench --ranks 2 --experts 4 --topk 2 --tokens 4 --weights fp4
+              --dispatch-dtype auto --combine-dtype auto ${small})
+# hidden 2880 is a multiple of 32 (mxfp4) but not of 128 (fp8 blockwise): fp4 + bf16 is valid.
+moe_ep_cli_ok(bench_hidden_2880_fp4_bf16 "# wrong: 0 OK" --
+              ${MOE_EP_CLI} bench --ranks 2 --experts 4 --topk 2 --tokens 2 --hidden 2880
+              --dispatch-dtype fp4 --combine-dtype bf16 --iters 1 --warmup 0)
+moe_ep_cli_ok(bench_no_check "# wrong: not checked" --
+              ${MOE_EP_CLI} bench --ranks 2 --experts 4 --topk 2 --tokens 4 --no-check ${small})
+
+add_test(NAME cli_bench_json
+         COMMAND bash ${MOE_EP_CLI_DIR}/bench_json.sh ${MOE_EP_CLI}
+                 ${CMAKE_CURRENT_BINARY_DIR}/cli_bench_json)
+set_tests_properties(cli_bench_json PROPERTIES LABELS cpu TIMEOUT 60)
+
+# moe-ep config: resolution, sources, warnings, knobs.
+moe_ep_cli_ok(config_fp4 "mxfp4_blockwise" "float8_blockwise" "auto: weights mxfp4" "knobs:"
+              "MOE_EP_TIMEOUT_S" -- ${MOE_EP_CLI} config --weights fp4)
+moe_ep_cli_ok(config_env "source: env" "MOE_EP_DISPATCH_DTYPE=fp8" --
+              env MOE_EP_DISPATCH_DTYPE=fp8 ${MOE_EP_CLI} config)
+moe_ep_cli_ok(config_deprecated "deprecated" "MOE_EP_FP8_DISP=1" --
+              env MOE_EP_FP8_DISP=1 ${MOE_EP_CLI} config)
+
+# Bad arguments: exit 2, one line naming the argument and the value.
+moe_ep_cli_error(hidden_7100_fp8 2 "--hidden=7100" "128" "float8_blockwise" --
+                 ${MOE_EP_CLI} bench --hidden 7100 --dispatch-dtype fp8)
+moe_ep_cli_error(hidden_7100_fp4 2 "--hidden=7100" "32" "mxfp4_blockwise" --
+                 ${MOE_EP_CLI} bench --hidden 7100 --dispatch-dtype fp4 --combine-dtype bf16)
+moe_ep_cli_error(hidden_2880_fp4_fp8 2 "--hidden=2880" "128" "(combine)" --
+                 ${MOE_EP_CLI} bench --hidden 2880 --dispatch-dtype fp4 --combine-dtype fp8)
+moe_ep_cli_error(topk_zero 2 "--topk=0" -- ${MOE_EP_CLI} bench --topk 0)
+moe_ep_cli_error(topk_above_experts 2 "--topk=13" "12" --
+                 ${MOE_EP_CLI} bench --ranks 3 --experts 12 --topk 13)
+moe_ep_cli_error(experts_not_divisible 2 "--experts=10" "4" --
+                 ${MOE_EP_CLI} bench --experts 10 --ranks 4)
+moe_ep_cli_error(tokens_above_max 2 "--tokens=300" "256" --
+                 ${MOE_EP_CLI} bench --tokens 300 --max-tokens 256)
+moe_ep_cli_error(dispatch_dtype_unknown 2 "--dispatch-dtype=fp16" "bf16|fp8|fp4" --
+                 ${MOE_EP_CLI} bench --dispatch-dtype fp16)
+moe_ep_cli_error(combine_dtype_unknown 2 "--combine-dtype=fp4" "fp8_direct_cast" --
+                 ${MOE_EP_CLI} bench --combine-dtype fp4)
+moe_ep_cli_error(ranks_zero 2 "--ranks=0" -- ${MOE_EP_CLI} bench --ranks 0)
+moe_ep_cli_error(hidden_not_integer 2 "--hidden=abc" "integer" --
+                 ${MOE_EP_CLI} bench --hidden abc)
+moe_ep_cli_error(masked_fraction_range 2 "--masked-fraction=2" "[0, 1]" --
+                 ${MOE_EP_CLI} bench --masked-fraction 2)
+moe_ep_cli_error(backend_unknown 2 "--backend=gpu" "auto|cpu|cuda" --
+                 ${MOE_EP_CLI} bench --backend gpu)
+moe_ep_cli_error(unknown_option 2 "--bogus" -- ${MOE_EP_CLI} bench --bogus)
+moe_ep_cli_error(no_command 2 "subcommand" -- ${MOE_EP_CLI})
+moe_ep_cli_error(config_env_bogus 2 "MOE_EP_DISPATCH_DTYPE" "bogus" --
+                 env MOE_EP_DISPATCH_DTYPE=bogus ${MOE_EP_CLI} config)
+moe_ep_cli_error(config_deprecated_both 2 "MOE_EP_FP8_DISP" "MOE_EP_FP4_DISP" --
+                 env MOE_EP_FP8_DISP=1 MOE_EP_FP4_DISP=1 ${MOE_EP_CLI} config)
+moe_ep_cli_error(bench_env_bogus 2 "MOE_EP_COMBINE_DTYPE" "nope" --
+                 env MOE_EP_COMBINE_DTYPE=nope ${MOE_EP_CLI} bench)
+if(NOT MOE_EP_HAVE_CUDA)
+  moe_ep_cli_error(backend_cuda_not_built 2 "--backend=cuda" "without CUDA" --
+                   ${MOE_EP_CLI} bench --backend cuda)
+endif()

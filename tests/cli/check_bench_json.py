@@ -1,0 +1,56 @@
+"""Checks the --json output of `moe-ep bench` (tests/cli/bench_json.sh).
+
+One record per (dispatch, combine) pair with the documented fields, the DESIGN 4 string values,
+no wrong elements, bf16/bf16 within 1e-2 of fp64 math (bf16 rounds twice: y and out, each
+2^-9 relative at worst, so ~4e-3 is the bound), and fp8 blockwise combine more accurate than fp8
+direct cast for small-magnitude outputs (the inputs use --x-std 0.01).
+"""
+import json
+import sys
+
+FIELDS = {
+    "backend": str, "ranks": int, "tokens": int, "hidden": int, "experts": int, "topk": int,
+    "seed": int, "dispatch_dtype": str, "combine_dtype": str, "dispatch_us": (int, float),
+    "combine_us": (int, float), "bytes_per_rank": int, "dispatch_bytes": int,
+    "combine_bytes": int, "dispatch_algbw_gbps": (int, float),
+    "combine_algbw_gbps": (int, float), "rel_err": (int, float), "wrong": int,
+}
+DISPATCH = {"bfloat16", "float8_blockwise", "mxfp4_blockwise"}
+COMBINE = {"bfloat16", "float8_blockwise", "float8_direct_cast"}
+
+
+def main(path):
+    with open(path) as f:
+        records = json.load(f)
+    assert isinstance(records, list) and len(records) == 9, f"want 9 records, got {records!r}"
+    by_pair = {}
+    for r in records:
+        for name, kind in FIELDS.items():
+            assert name in r, f"field {name} missing in {r}"
+            assert isinstance(r[name], kind), f"field {name}={r[name]!r} is not {kind}"
+        assert r["dispatch_dtype"] in DISPATCH, r["dispatch_dtype"]
+        assert r["combine_dtype"] in COMBINE, r["combine_dtype"]
+        assert r["backend"] == "cpu", r["backend"]
+        assert (r["ranks"], r["tokens"], r["hidden"], r["experts"], r["topk"], r["seed"]) == (
+            4, 32, 512, 16, 4, 7), r
+        assert r["wrong"] == 0, f"{r['dispatch_dtype']}/{r['combine_dtype']}: wrong={r['wrong']}"
+        assert r["dispatch_us"] > 0 and r["combine_us"] > 0, r
+        assert r["bytes_per_rank"] == r["dispatch_bytes"] + r["combine_bytes"], r
+        assert 0 <= r["rel_err"] < 0.5, r
+        by_pair[(r["dispatch_dtype"], r["combine_dtype"])] = r
+    assert len(by_pair) == 9, sorted(by_pair)
+
+    bf16 = by_pair[("bfloat16", "bfloat16")]
+    assert bf16["rel_err"] < 1e-2, f"bf16/bf16 rel_err {bf16['rel_err']} >= 1e-2"
+    # Both legs move the same rows; with bf16 on both the byte counts are equal.
+    assert bf16["dispatch_bytes"] == bf16["combine_bytes"] > 0, bf16
+    for dispatch in DISPATCH:
+        block = by_pair[(dispatch, "float8_blockwise")]["rel_err"]
+        direct = by_pair[(dispatch, "float8_direct_cast")]["rel_err"]
+        assert block < direct, (
+            f"{dispatch}: fp8 blockwise combine rel_err {block} >= direct cast {direct}")
+    print(f"OK: {len(records)} records; bf16/bf16 rel_err {bf16['rel_err']:.3g}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

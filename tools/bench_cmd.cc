@@ -1,0 +1,115 @@
+// `moe-ep bench` (DESIGN 9): the options on the CLI11 app, then plan (every check before any
+// rank starts) -> inputs -> run pair by pair, printing each row as it finishes -> footer and
+// JSON. Exit 0 when every checked element matched, 1 when any differs.
+#include <CLI/CLI.hpp>
+#include <charconv>
+#include <iostream>
+
+#include "bench_backend.h"
+#include "bench_options.h"
+#include "bench_report.h"
+#include "bench_runner.h"
+#include "commands.h"
+
+namespace moe_ep::cli {
+namespace {
+
+// Numeric options are taken as text and parsed here, so that a malformed number is reported like
+// every other bad argument: "--flag=value: what is allowed" (CLI11 would say "Could not convert").
+template <typename T>
+T parse_number(const std::string& flag, const std::string& text, const char* allowed) {
+  T value{};
+  const char* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  if (text.empty() || ec != std::errc() || ptr != end) {
+    throw CLI::ValidationError(flag + "=" + text + ": not " + allowed);
+  }
+  return value;
+}
+
+// An int option that records whether it was given, so the backend's default applies otherwise.
+void add_int(CLI::App* cmd, const std::string& flag, std::optional<int>& target,
+             const std::string& help) {
+  cmd->add_option_function<std::string>(
+         flag,
+         [flag, &target](const std::string& v) {
+           target = parse_number<int>(flag, v, "an integer");
+         },
+         help)
+      ->type_name("INT");
+}
+
+void add_double(CLI::App* cmd, const std::string& flag, double& target, const std::string& help) {
+  cmd->add_option_function<std::string>(
+         flag,
+         [flag, &target](const std::string& v) {
+           target = parse_number<double>(flag, v, "a number");
+         },
+         help)
+      ->type_name("FLOAT");
+}
+
+int run(const BenchOptions& options, LogBuffer& logs) {
+  const BenchPlan plan = plan_bench(options);
+  logs.flush_to_stderr();  // the arguments are good: from here on the library logs directly
+
+  const std::unique_ptr<BenchBackend> backend = make_bench_backend(plan.backend);
+  const std::string backend_name = to_string(plan.backend);
+  const std::optional<double> floor = backend->link_floor_gbps();
+  print_header(std::cout, plan, backend->describe(plan.shape.ranks));
+  const BenchInputs inputs = make_bench_inputs(plan);
+
+  std::vector<PairMetrics> metrics;
+  const std::vector<PairResult> results =
+      run_bench(plan, *backend, inputs, [&](const PairResult& result) {
+        metrics.push_back(pair_metrics(plan, inputs.remote_rows, result, floor));
+        print_row(std::cout, result, metrics.back());
+      });
+  const int64_t wrong = print_footer(std::cout, plan, results);
+  if (!plan.json_path.empty()) write_json(plan.json_path, plan, backend_name, results, metrics);
+  return wrong == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+CommandFn add_bench_command(CLI::App& app) {
+  auto options = std::make_shared<BenchOptions>();
+  BenchOptions& o = *options;
+  CLI::App* cmd = app.add_subcommand(
+      "bench",
+      "dispatch -> identity expert -> combine for each (dispatch, combine) dtype pair: checked "
+      "against a plain reference, then timed");
+  cmd->add_option("--backend", o.backend,
+                  "auto|cpu|cuda; auto = cuda when built with CUDA and a GPU is visible");
+  add_int(cmd, "--ranks", o.ranks, "ranks (threads on cpu, GPUs on cuda); cpu 4, cuda all GPUs");
+  add_int(cmd, "--tokens", o.tokens, "tokens per rank; cpu 256, cuda 4096");
+  add_int(cmd, "--hidden", o.hidden, "hidden size H; cpu 2048, cuda 7168");
+  add_int(cmd, "--experts", o.experts, "experts E (a multiple of --ranks); cpu 64, cuda 256");
+  add_int(cmd, "--topk", o.topk, "experts per token K; 8");
+  add_int(cmd, "--max-tokens", o.max_tokens, "max_tokens_per_rank of the op; default --tokens");
+  cmd->add_option("--dispatch-dtype", o.dispatch_dtype,
+                  "all|auto|" + valid_dispatch_values() + "; default all");
+  cmd->add_option("--combine-dtype", o.combine_dtype,
+                  "all|auto|" + valid_combine_values() + "; default all");
+  cmd->add_option("--weights", o.weights, "expert weight dtype for `auto`: bf16|fp8|fp4");
+  add_int(cmd, "--iters", o.iters, "timed iterations; cpu 5, cuda 20");
+  add_int(cmd, "--warmup", o.warmup, "warm-up iterations; cpu 1, cuda 5");
+  cmd->add_option_function<std::string>(
+         "--seed",
+         [&o](const std::string& v) {
+           o.seed = parse_number<uint64_t>("--seed", v, "an unsigned 64-bit integer");
+         },
+         "seed of the inputs (printed in the header); default 1")
+      ->type_name("UINT");
+  cmd->add_option("--json", o.json_path, "also write the rows as a JSON array to FILE");
+  cmd->add_flag("--check,!--no-check", o.check,
+                "compare every output bit for bit with the reference (default on)");
+  add_double(cmd, "--masked-fraction", o.masked_fraction,
+             "fraction of top-k slots masked with -1 (default 0)");
+  add_double(cmd, "--x-std", o.x_std,
+             "standard deviation of the gaussian x (default 1); small values show the range "
+             "advantage of blockwise scaling over fp8 direct cast");
+  return [options](LogBuffer& logs) { return run(*options, logs); };
+}
+
+}  // namespace moe_ep::cli

@@ -1,0 +1,203 @@
+// Resolution and checking of the `moe-ep bench` options. Every rule runs before any rank starts:
+// the simple ranges here, then moe_ep::check_config for every requested pair, whose message names
+// the OpConfig field; the field is mapped back to the flag the user typed.
+#include "bench_options.h"
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+
+#include "bench_backend.h"
+#include "commands.h"
+#include "moe_ep/config.h"
+#include "moe_ep/errors.h"
+
+namespace moe_ep::cli {
+namespace {
+
+struct ShapeDefaults {
+  int ranks, tokens, hidden, experts, topk, iters, warmup;
+};
+// CPU: 4 rank threads and a shape whose 9 checked pairs finish in seconds on two cores.
+constexpr ShapeDefaults kCpuDefaults = {4, 256, 2048, 64, 8, 5, 1};
+// CUDA: DeepSeek-V3 (4096 tokens per rank, hidden 7168, top-8 of 256 experts); ranks = every
+// visible GPU, filled in at plan time.
+constexpr ShapeDefaults kCudaDefaults = {0, 4096, 7168, 256, 8, 20, 5};
+
+Backend parse_backend(const std::string& text) {
+  if (text == "cpu") return Backend::kCpu;
+  const bool cuda_usable = MOE_EP_BENCH_HAS_CUDA && cuda_device_count() > 0;
+  if (text == "auto") return cuda_usable ? Backend::kCuda : Backend::kCpu;
+  if (text == "cuda") {
+    if (!MOE_EP_BENCH_HAS_CUDA) {
+      bad_argument("--backend", text, "this moe-ep was built without CUDA; allowed: auto|cpu");
+    }
+    if (!cuda_usable)
+      bad_argument("--backend", text, "no CUDA device is visible; allowed: auto|cpu");
+    return Backend::kCuda;
+  }
+  bad_argument("--backend", text, "allowed: auto|cpu|cuda");
+}
+
+WeightDtype parse_weights(const std::string& text) {
+  try {
+    return parse_weight_dtype(text, "--weights");
+  } catch (const InvalidArgument&) {
+    bad_argument("--weights", text, "allowed: bf16|fp8|fp4|bfloat16|float8|mxfp4");
+  }
+}
+
+// The check_config field names and the flags that set them.
+struct FieldFlag {
+  const char* field;
+  const char* flag;
+};
+constexpr FieldFlag kFieldFlags[] = {{"world_size", "--ranks"},
+                                     {"num_experts", "--experts"},
+                                     {"topk", "--topk"},
+                                     {"hidden", "--hidden"},
+                                     {"max_tokens_per_rank", "--max-tokens"}};
+
+// Rethrows a check_config failure as "--flag=value: <library message>".
+[[noreturn]] void rethrow_config_error(const InvalidArgument& error, const BenchPlan& plan) {
+  const std::string message = error.what();
+  const std::string field = message.substr(0, message.find('='));
+  const InputShape& s = plan.shape;
+  const int values[] = {s.ranks, s.experts, s.topk, s.hidden, plan.max_tokens};
+  for (size_t i = 0; i < std::size(kFieldFlags); ++i) {
+    if (field == kFieldFlags[i].field) {
+      bad_argument(kFieldFlags[i].flag, std::to_string(values[i]), message);
+    }
+  }
+  throw InvalidArgument(message);
+}
+
+void check_at_least(const char* flag, int value, int minimum, const char* name) {
+  if (value < minimum) {
+    bad_argument(flag, std::to_string(value),
+                 std::string(name) + " must be >= " + std::to_string(minimum));
+  }
+}
+
+}  // namespace
+
+OpConfig op_config(const BenchPlan& plan, const DtypePair& pair) {
+  OpConfig config;
+  config.num_experts = plan.shape.experts;
+  config.hidden = plan.shape.hidden;
+  config.topk = plan.shape.topk;
+  config.max_tokens_per_rank = plan.max_tokens;
+  config.dispatch_dtype = pair.dispatch;
+  config.combine_dtype = pair.combine;
+  return config;
+}
+
+BenchPlan plan_bench(const BenchOptions& o) {
+  BenchPlan plan;
+  plan.backend = parse_backend(o.backend);
+  const Knobs& knobs = Knobs::get();  // a bad MOE_EP_* value fails here, naming the variable
+  const WeightDtype weights = parse_weights(o.weights);
+
+  // Dtype lists: all (default), auto (resolve_dtypes: environment, then the weights rule), or one.
+  std::optional<DispatchDtype> one_dispatch;
+  std::optional<CombineDtype> one_combine;
+  const bool dispatch_all = o.dispatch_dtype == "all", combine_all = o.combine_dtype == "all";
+  const bool dispatch_auto = o.dispatch_dtype == "auto", combine_auto = o.combine_dtype == "auto";
+  if (!dispatch_all && !dispatch_auto) {
+    try {
+      one_dispatch = parse_dispatch_dtype(o.dispatch_dtype);
+    } catch (const InvalidArgument&) {
+      bad_argument("--dispatch-dtype", o.dispatch_dtype,
+                   "'" + o.dispatch_dtype + "' is not a dispatch dtype; valid values: all|auto|" +
+                       valid_dispatch_values());
+    }
+  }
+  if (!combine_all && !combine_auto) {
+    try {
+      one_combine = parse_combine_dtype(o.combine_dtype);
+    } catch (const InvalidArgument&) {
+      bad_argument("--combine-dtype", o.combine_dtype,
+                   "'" + o.combine_dtype + "' is not a combine dtype; valid values: all|auto|" +
+                       valid_combine_values());
+    }
+  }
+  if (dispatch_auto || combine_auto) {
+    const DtypeResolution res = resolve_dtypes(one_dispatch, one_combine, weights, knobs);
+    if (dispatch_auto) {
+      one_dispatch = res.dispatch;
+      plan.notes.push_back(std::string("dispatch dtype auto -> ") + short_name(res.dispatch) +
+                           " (" + res.dispatch_origin + ")");
+    }
+    if (combine_auto) {
+      one_combine = res.combine;
+      plan.notes.push_back(std::string("combine dtype auto -> ") + short_name(res.combine) + " (" +
+                           res.combine_origin + ")");
+    }
+  }
+  std::vector<DispatchDtype> dispatch_list(std::begin(kAllDispatchDtypes),
+                                           std::end(kAllDispatchDtypes));
+  std::vector<CombineDtype> combine_list(std::begin(kAllCombineDtypes),
+                                         std::end(kAllCombineDtypes));
+  if (one_dispatch) dispatch_list = {*one_dispatch};
+  if (one_combine) combine_list = {*one_combine};
+  for (DispatchDtype d : dispatch_list) {
+    for (CombineDtype c : combine_list) plan.pairs.push_back({d, c});
+  }
+
+  // Shape: flags over the backend's defaults.
+  const ShapeDefaults& d = plan.backend == Backend::kCuda ? kCudaDefaults : kCpuDefaults;
+  const int visible_gpus = plan.backend == Backend::kCuda ? cuda_device_count() : 0;
+  InputShape& s = plan.shape;
+  s.ranks = o.ranks.value_or(plan.backend == Backend::kCuda ? visible_gpus : d.ranks);
+  s.tokens = o.tokens.value_or(d.tokens);
+  s.hidden = o.hidden.value_or(d.hidden);
+  s.experts = o.experts.value_or(d.experts);
+  s.topk = o.topk.value_or(d.topk);
+  s.masked_fraction = o.masked_fraction;
+  s.x_std = o.x_std;
+  s.seed = o.seed;
+  plan.max_tokens = o.max_tokens.value_or(s.tokens > 0 ? s.tokens : 1);
+  plan.iters = o.iters.value_or(d.iters);
+  plan.warmup = o.warmup.value_or(d.warmup);
+  plan.check = o.check;
+  plan.json_path = o.json_path;
+
+  check_at_least("--ranks", s.ranks, 1, "ranks");
+  if (plan.backend == Backend::kCuda && s.ranks > visible_gpus) {
+    bad_argument("--ranks", std::to_string(s.ranks),
+                 "ranks must be <= " + std::to_string(visible_gpus) +
+                     ", the number of visible CUDA devices (one rank per GPU)");
+  }
+  check_at_least("--tokens", s.tokens, 0, "tokens");
+  check_at_least("--iters", plan.iters, 1, "iters");
+  check_at_least("--warmup", plan.warmup, 0, "warmup");
+  if (!(o.masked_fraction >= 0.0 && o.masked_fraction <= 1.0)) {
+    char text[32];
+    std::snprintf(text, sizeof(text), "%g", o.masked_fraction);
+    bad_argument("--masked-fraction", text, "the fraction of masked slots must be in [0, 1]");
+  }
+  // Finite, positive and small enough that x stays finite in bf16 (5 sigma below bf16's max).
+  if (!(o.x_std > 0.0 && o.x_std <= 1e37)) {
+    char text[32];
+    std::snprintf(text, sizeof(text), "%g", o.x_std);
+    bad_argument("--x-std", text, "the standard deviation of x must be in (0, 1e37]");
+  }
+  for (const DtypePair& pair : plan.pairs) {
+    try {
+      check_config(op_config(plan, pair), s.ranks);
+    } catch (const InvalidArgument& error) {
+      rethrow_config_error(error, plan);
+    }
+  }
+  if (s.tokens > plan.max_tokens) {
+    bad_argument("--tokens", std::to_string(s.tokens),
+                 "tokens=" + std::to_string(s.tokens) + " is above --max-tokens=" +
+                     std::to_string(plan.max_tokens) + " (max_tokens_per_rank)");
+  }
+  if (!plan.json_path.empty() && !std::ofstream(plan.json_path, std::ios::app)) {
+    bad_argument("--json", plan.json_path, "cannot open the file for writing");
+  }
+  return plan;
+}
+
+}  // namespace moe_ep::cli

@@ -1,0 +1,53 @@
+// The options of `moe-ep bench` as given on the command line, and the plan they resolve to:
+// backend, shape defaults (a seconds-long CPU shape, or DeepSeek-V3 on every visible GPU), the
+// list of (dispatch, combine) pairs, and every rule checked before anything runs. A rejected
+// option raises InvalidArgument "--flag=value: rule" (exit 2).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "bench_inputs.h"
+#include "moe_ep/dtypes.h"
+#include "moe_ep/op.h"
+
+namespace moe_ep::cli {
+
+struct BenchOptions {
+  std::string backend = "auto";  // auto|cpu|cuda
+  std::optional<int> ranks, tokens, hidden, experts, topk, max_tokens, iters, warmup;
+  std::string dispatch_dtype = "all";  // all|auto|<dtype>
+  std::string combine_dtype = "all";
+  std::string weights = "bf16";  // drives `auto`
+  uint64_t seed = 1;
+  std::string json_path;  // empty: no JSON
+  bool check = true;
+  double masked_fraction = 0.0;
+  double x_std = 1.0;  // standard deviation of the gaussian x
+};
+
+struct DtypePair {
+  DispatchDtype dispatch;
+  CombineDtype combine;
+};
+
+struct BenchPlan {
+  Backend backend = Backend::kCpu;
+  InputShape shape;    // ranks, tokens per rank, hidden, experts, topk, masked fraction, seed
+  int max_tokens = 0;  // max_tokens_per_rank of the op
+  int iters = 0;
+  int warmup = 0;
+  bool check = true;
+  std::string json_path;
+  std::vector<DtypePair> pairs;    // in the order they run and print
+  std::vector<std::string> notes;  // how `auto` resolved, for the header
+};
+
+BenchPlan plan_bench(const BenchOptions& options);
+
+// The op configuration of one pair.
+OpConfig op_config(const BenchPlan& plan, const DtypePair& pair);
+
+}  // namespace moe_ep::cli

@@ -1,0 +1,46 @@
+// What `moe-ep bench` prints: a header (shape, backend, ranks, seed), one table row per dtype
+// pair as soon as it finishes, the first mismatches, the `# wrong: N OK|FAILED` footer, and the
+// same rows as a JSON array for --json.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "bench_options.h"
+#include "bench_runner.h"
+
+namespace moe_ep::cli {
+
+// Bytes and bandwidth of one pair. Bytes per rank per leg are what crosses between ranks:
+//   bytes = (remote rows of all ranks / W) x (payload bytes + scale bytes per row of the leg's
+//   dtype), where a remote row is a (token, destination rank != source rank) pair that dispatch
+//   moves; combine sends the same rows back. Rows a rank keeps for itself are not counted.
+//   algbw (GB/s) = bytes / time = bytes / (us * 1e3); %floor = algbw / link floor * 100.
+struct PairMetrics {
+  int64_t dispatch_bytes = 0;
+  int64_t combine_bytes = 0;
+  double dispatch_algbw_gbps = 0.0;
+  double combine_algbw_gbps = 0.0;
+  std::optional<double> dispatch_floor_pct;  // nullopt without a link floor (CPU)
+  std::optional<double> combine_floor_pct;
+};
+PairMetrics pair_metrics(const BenchPlan& plan, int64_t remote_rows, const PairResult& result,
+                         std::optional<double> link_floor_gbps);
+
+void print_header(std::ostream& os, const BenchPlan& plan, const std::string& backend);
+void print_row(std::ostream& os, const PairResult& result, const PairMetrics& metrics);
+// Prints the mismatch notes (at most a few) and the footer; returns the total of wrong elements.
+int64_t print_footer(std::ostream& os, const BenchPlan& plan,
+                     const std::vector<PairResult>& results);
+
+// Writes the JSON array of --json; throws RunFailure if the file cannot be written.
+void write_json(const std::string& path, const BenchPlan& plan, const std::string& backend,
+                const std::vector<PairResult>& results, const std::vector<PairMetrics>& metrics);
+
+// JSON string literal of `text` (quotes added; ", \, control characters escaped).
+std::string json_string(const std::string& text);
+
+}  // namespace moe_ep::cli

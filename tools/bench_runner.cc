@@ -1,0 +1,286 @@
+// The threads of `moe-ep bench`. For each dtype pair, W threads (one per rank) run:
+//   1. the reference for their rank (dispatch and expert; barrier; combine), when checking;
+//   2. create_op, then one checked run: dispatch, download, identity expert on the host, upload
+//      y, combine, download out; count wrong elements and the error sums against fp64 math;
+//   3. warm-up and timed iterations, each starting at a barrier, reusing y: dispatch is
+//      deterministic, so every iteration receives the same R rows as the checked run.
+// A failing rank aborts the harness barrier so that the others stop at their next barrier
+// instead of waiting forever; waits inside the library are bounded by its own timeout.
+#include "bench_runner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <condition_variable>
+#include <exception>
+#include <mutex>
+#include <thread>
+
+#include "bench_check.h"
+#include "commands.h"
+#include "moe_ep/errors.h"
+#include "reference.h"
+
+namespace moe_ep::cli {
+namespace {
+
+// A reusable barrier for the rank threads that can be broken: after abort(), every waiter (and
+// every later caller) throws Aborted.
+class Barrier {
+ public:
+  struct Aborted {};
+  explicit Barrier(int count) : count_(count) {}
+
+  void wait() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (aborted_) throw Aborted{};
+    const uint64_t generation = generation_;
+    if (++arrived_ == count_) {
+      arrived_ = 0;
+      ++generation_;
+      cv_.notify_all();
+      return;
+    }
+    cv_.wait(lock, [&] { return generation_ != generation || aborted_; });
+    if (generation_ == generation) throw Aborted{};
+  }
+
+  void abort() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    aborted_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  const int count_;
+  int arrived_ = 0;
+  uint64_t generation_ = 0;
+  bool aborted_ = false;
+};
+
+// State shared by the rank threads of one pair; entry r belongs to rank r's thread.
+struct PairShared {
+  explicit PairShared(int ranks)
+      : barrier(ranks), ref_recv(ranks), ref_y(ranks), check(ranks), err(ranks), errors(ranks) {
+    for (auto& leg : times) leg.resize(ranks);
+  }
+  Barrier barrier;
+  std::vector<DispatchOutputs> ref_recv;             // [W] expected dispatch outputs
+  std::vector<std::vector<uint16_t>> ref_y;          // [W][R_r * H] reference expert outputs
+  std::vector<CheckResult> check;                    // [W]
+  std::vector<ErrorSums> err;                        // [W]
+  std::vector<std::vector<double>> times[kNumLegs];  // [leg][W][iters] microseconds
+  std::vector<std::exception_ptr> errors;            // [W] first failure of each rank
+};
+
+struct PairContext {
+  const BenchPlan& plan;
+  DtypePair pair;
+  BenchBackend& backend;
+  const std::vector<std::shared_ptr<Communicator>>& comms;
+  const BenchInputs& inputs;
+  const std::vector<RefInput>& ref_inputs;
+  RefShape ref_shape;
+};
+
+TensorView shape_of(ScalarType dtype, int64_t rows, int64_t cols) {
+  return TensorView::matrix(nullptr, dtype, rows, cols);
+}
+
+BenchTensor upload_new(BenchBackend& backend, int rank, const void* host, const TensorView& shape) {
+  BenchTensor t = backend.alloc(rank, shape);
+  backend.upload(rank, host, t);
+  return t;
+}
+
+void run_rank(const PairContext& ctx, int rank, PairShared& shared) {
+  const InputShape& s = ctx.plan.shape;
+  const RankInputs& in = ctx.inputs.ranks[rank];
+  BenchBackend& backend = ctx.backend;
+  backend.bind_rank(rank);
+  void* stream = backend.stream(rank);
+
+  // 1. The reference: this rank's received rows and expert output, then (once every rank has
+  //    its y) what combine must return here.
+  std::vector<uint16_t> ref_out;  // [T, H] bf16 bits
+  if (ctx.plan.check) {
+    shared.ref_recv[rank] =
+        reference_dispatch(ctx.ref_shape, ctx.pair.dispatch, ctx.ref_inputs, rank);
+    shared.ref_y[rank] = reference_expert(ctx.ref_shape, ctx.pair.dispatch, shared.ref_recv[rank]);
+  }
+  shared.barrier.wait();
+  if (ctx.plan.check) {
+    ref_out = reference_combine(ctx.ref_shape, ctx.pair.combine, shared.ref_recv, shared.ref_y,
+                                rank, s.tokens);
+  }
+
+  // 2. Device inputs, the op and the checked run.
+  const BenchTensor x =
+      upload_new(backend, rank, in.x.data(), shape_of(ScalarType::kBFloat16, s.tokens, s.hidden));
+  const BenchTensor topk_idx =
+      upload_new(backend, rank, in.topk_idx.data(), shape_of(ScalarType::kInt32, s.tokens, s.topk));
+  const BenchTensor topk_weights = upload_new(backend, rank, in.topk_weights.data(),
+                                              shape_of(ScalarType::kFloat32, s.tokens, s.topk));
+  const BenchTensor out =
+      backend.alloc(rank, shape_of(ScalarType::kBFloat16, s.tokens, s.hidden));  // [T, H]
+  const std::shared_ptr<Op> op = create_op(ctx.comms[rank], op_config(ctx.plan, ctx.pair));
+
+  DispatchArgs args;
+  args.x = x.view;                        // [T, H] bf16
+  args.topk_idx = topk_idx.view;          // [T, K] int32
+  args.topk_weights = topk_weights.view;  // [T, K] fp32
+  args.stream = stream;
+  DispatchResult result = op->dispatch(args);
+  op->synchronize(stream);
+  const DispatchOutputs got = download_outputs(backend, rank, result);
+  const int64_t num_recv = result.num_recv;
+  const std::vector<uint16_t> y_host =
+      identity_expert(ctx.pair.dispatch, got, s.hidden, s.topk);  // [R, H]
+  const BenchTensor y =
+      upload_new(backend, rank, y_host.data(), shape_of(ScalarType::kBFloat16, num_recv, s.hidden));
+  op->combine(result.handle, y.view, out.view, stream);
+  op->synchronize(stream);
+  std::vector<uint16_t> out_host(static_cast<size_t>(s.tokens) * s.hidden);  // [T, H]
+  backend.download(rank, out.view, out_host.data());
+  shared.err[rank] = unquantized_error(s, in, out_host.data());
+  if (ctx.plan.check) {
+    compare_dispatch(rank, ctx.pair.dispatch, got, shared.ref_recv[rank], shared.check[rank]);
+    compare_out(rank, out_host, ref_out, shared.check[rank]);
+  }
+
+  // 3. Warm-up and timed iterations.
+  for (int it = 0; it < ctx.plan.warmup + ctx.plan.iters; ++it) {
+    shared.barrier.wait();  // every rank starts the iteration together
+    backend.timer_start(rank, Leg::kDispatch);
+    result = op->dispatch(args);
+    backend.timer_stop(rank, Leg::kDispatch);
+    if (result.num_recv != num_recv) {
+      throw Internal("bench: dispatch received " + std::to_string(result.num_recv) +
+                     " rows in iteration " + std::to_string(it) + " but " +
+                     std::to_string(num_recv) + " in the checked run (same inputs)");
+    }
+    backend.timer_start(rank, Leg::kCombine);
+    op->combine(result.handle, y.view, out.view, stream);
+    backend.timer_stop(rank, Leg::kCombine);
+    op->synchronize(stream);
+    backend.synchronize(rank);
+    if (it >= ctx.plan.warmup) {
+      shared.times[0][rank].push_back(backend.elapsed_us(rank, Leg::kDispatch));
+      shared.times[1][rank].push_back(backend.elapsed_us(rank, Leg::kCombine));
+    }
+  }
+}
+
+// The median over iterations of the slowest rank of each iteration.
+double median_of_slowest(const std::vector<std::vector<double>>& times) {  // [W][iters]
+  std::vector<double> slowest(times[0].size(), 0.0);                       // [iters]
+  for (const auto& rank_times : times) {
+    for (size_t i = 0; i < slowest.size(); ++i) slowest[i] = std::max(slowest[i], rank_times[i]);
+  }
+  std::sort(slowest.begin(), slowest.end());
+  const size_t n = slowest.size();
+  return n % 2 == 1 ? slowest[n / 2] : 0.5 * (slowest[n / 2 - 1] + slowest[n / 2]);
+}
+
+// True for failures caused by another rank's failure: a peer's error or a wait that expired.
+bool is_secondary(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const Error& e) {
+    return e.code() == ErrorCode::kRemoteError || e.code() == ErrorCode::kTimeout;
+  } catch (...) {
+  }
+  return false;
+}
+
+// The failure to report: the first rank whose error is its own, else the first that failed.
+void rethrow_root_cause(const PairShared& shared, const DtypePair& pair) {
+  int chosen = -1;
+  for (int pass = 0; pass < 2 && chosen < 0; ++pass) {
+    for (size_t r = 0; r < shared.errors.size() && chosen < 0; ++r) {
+      if (shared.errors[r] && (pass == 1 || !is_secondary(shared.errors[r]))) {
+        chosen = static_cast<int>(r);
+      }
+    }
+  }
+  if (chosen < 0) return;
+  const std::string where = std::string("bench ") + short_name(pair.dispatch) + "/" +
+                            short_name(pair.combine) + ": rank " + std::to_string(chosen) + ": ";
+  try {
+    std::rethrow_exception(shared.errors[chosen]);
+  } catch (const std::exception& e) {
+    throw RunFailure(where + e.what());
+  } catch (...) {
+    throw RunFailure(where + "unknown exception");
+  }
+}
+
+}  // namespace
+
+BenchInputs make_bench_inputs(const BenchPlan& plan) {
+  const int ranks = plan.shape.ranks;
+  BenchInputs inputs;
+  inputs.ranks.resize(ranks);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < ranks; ++r) {
+    threads.emplace_back([&, r] { inputs.ranks[r] = make_inputs(plan.shape, r); });
+  }
+  for (std::thread& t : threads) t.join();
+  inputs.remote_rows = count_remote_rows(plan.shape, inputs.ranks);
+  return inputs;
+}
+
+std::vector<PairResult> run_bench(const BenchPlan& plan, BenchBackend& backend,
+                                  const BenchInputs& inputs,
+                                  const std::function<void(const PairResult&)>& on_pair) {
+  const InputShape& s = plan.shape;
+  const std::vector<std::shared_ptr<Communicator>> comms = backend.communicators(s.ranks);
+  std::vector<RefInput> ref_inputs(s.ranks);  // [W] views of the inputs for the reference
+  for (int r = 0; r < s.ranks; ++r) {
+    ref_inputs[r] = RefInput{s.tokens, inputs.ranks[r].x.data(), inputs.ranks[r].topk_idx.data(),
+                             inputs.ranks[r].topk_weights.data()};
+  }
+  const RefShape ref_shape{s.ranks, s.hidden, s.experts, s.topk};
+
+  std::vector<PairResult> results;
+  for (const DtypePair& pair : plan.pairs) {
+    PairShared shared(s.ranks);
+    const PairContext ctx{plan, pair, backend, comms, inputs, ref_inputs, ref_shape};
+    std::vector<std::thread> threads;
+    for (int r = 0; r < s.ranks; ++r) {
+      threads.emplace_back([&, r] {
+        try {
+          run_rank(ctx, r, shared);
+        } catch (const Barrier::Aborted&) {
+          // Another rank failed first; its error is the one reported.
+        } catch (...) {
+          shared.errors[r] = std::current_exception();
+          shared.barrier.abort();
+        }
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    rethrow_root_cause(shared, pair);
+
+    PairResult result;
+    result.pair = pair;
+    result.dispatch_us = median_of_slowest(shared.times[0]);
+    result.combine_us = median_of_slowest(shared.times[1]);
+    ErrorSums total;
+    for (const ErrorSums& e : shared.err) total.err2 += e.err2, total.ref2 += e.ref2;
+    result.rel_err = total.ref2 > 0.0 ? std::sqrt(total.err2 / total.ref2) : std::sqrt(total.err2);
+    if (plan.check) {
+      result.wrong = 0;
+      for (const CheckResult& c : shared.check) {
+        *result.wrong += c.wrong;
+        result.notes.insert(result.notes.end(), c.notes.begin(), c.notes.end());
+      }
+    }
+    on_pair(result);
+    results.push_back(std::move(result));
+  }
+  return results;
+}
+
+}  // namespace moe_ep::cli

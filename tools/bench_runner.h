@@ -1,0 +1,41 @@
+// Runs `moe-ep bench`: W rank threads per dtype pair, each creating its op, then one checked run
+// (dispatch -> identity expert -> combine, compared with the reference) and warm-up and timed
+// iterations. Per iteration each rank times its dispatch and its combine; a leg's time is the
+// median over iterations of the slowest rank.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "bench_backend.h"
+#include "bench_options.h"
+
+namespace moe_ep::cli {
+
+struct PairResult {
+  DtypePair pair;
+  double dispatch_us = 0.0;  // median over iterations of the slowest rank
+  double combine_us = 0.0;
+  double rel_err = 0.0;            // ||out - fp64(sum_k w_k x)|| / ||fp64 ref|| over all ranks
+  std::optional<int64_t> wrong;    // elements differing from the reference; nullopt: unchecked
+  std::vector<std::string> notes;  // where the wrong elements are
+};
+
+struct BenchInputs {
+  std::vector<RankInputs> ranks;  // [W]
+  int64_t remote_rows = 0;        // rows dispatch moves between ranks, all ranks summed
+};
+
+// Generates every rank's inputs (one thread per rank).
+BenchInputs make_bench_inputs(const BenchPlan& plan);
+
+// Runs every pair of the plan in order, calling on_pair as each one finishes. Throws RunFailure
+// naming the pair and the rank whose failure came first.
+std::vector<PairResult> run_bench(const BenchPlan& plan, BenchBackend& backend,
+                                  const BenchInputs& inputs,
+                                  const std::function<void(const PairResult&)>& on_pair);
+
+}  // namespace moe_ep::cli

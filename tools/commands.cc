@@ -1,0 +1,47 @@
+// The shared pieces of commands.h: the bad-argument error and the log buffer.
+#include "commands.h"
+
+#include <cstdio>
+
+#include "moe_ep/errors.h"
+
+namespace moe_ep::cli {
+
+void bad_argument(const std::string& flag, const std::string& value, const std::string& rule) {
+  throw InvalidArgument(flag + "=" + value + ": " + rule);
+}
+
+const char* level_name(LogLevel level) {
+  switch (level) {
+    case LogLevel::kError: return "error";
+    case LogLevel::kWarn: return "warn";
+    case LogLevel::kInfo: return "info";
+    case LogLevel::kDebug: return "debug";
+  }
+  return "?";
+}
+
+LogBuffer::~LogBuffer() { set_log_sink({}); }
+
+void LogBuffer::install() {
+  set_log_sink([this](LogLevel level, const std::string& message) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    lines_.push_back({level, message});
+  });
+}
+
+void LogBuffer::flush_to_stderr() {
+  set_log_sink({});
+  for (const Line& line : take()) {
+    std::fprintf(stderr, "moe-ep [%s] %s\n", level_name(line.level), line.message.c_str());
+  }
+}
+
+std::vector<LogBuffer::Line> LogBuffer::take() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<Line> lines;
+  lines.swap(lines_);
+  return lines;
+}
+
+}  // namespace moe_ep::cli
