@@ -45,7 +45,8 @@ class BenchBackend {
   // One line for the report header, e.g. "cpu (4 threads)" or "cuda (8 x NVIDIA H200)".
   virtual std::string describe(int ranks) const = 0;
 
-  // Main thread, once, before any rank thread starts: one communicator per rank, rank i at i.
+  // Main thread, once, before anything else but describe(): one communicator per rank, rank i
+  // at index i. A backend may measure its link floor here.
   virtual std::vector<std::shared_ptr<Communicator>> communicators(int ranks) = 0;
 
   // First call on a rank's thread (CUDA: cudaSetDevice, then create the stream and events once).
@@ -73,6 +74,7 @@ class BenchBackend {
 
   // Unidirectional bandwidth (GB/s) that bounds what one rank can send to the others, for the
   // %floor column (CUDA: the NVLink bandwidth of the device); nullopt when there is none (CPU).
+  // Valid after communicators().
   virtual std::optional<double> link_floor_gbps() const = 0;
 };
 

@@ -55,13 +55,15 @@ int run(const BenchOptions& options, LogBuffer& logs) {
 
   const std::unique_ptr<BenchBackend> backend = make_bench_backend(plan.backend);
   const std::string backend_name = to_string(plan.backend);
+  // Communicators first: a backend may measure its link floor while it sets them up.
+  const std::vector<std::shared_ptr<Communicator>> comms = backend->communicators(plan.shape.ranks);
   const std::optional<double> floor = backend->link_floor_gbps();
   print_header(std::cout, plan, backend->describe(plan.shape.ranks));
   const BenchInputs inputs = make_bench_inputs(plan);
 
   std::vector<PairMetrics> metrics;
   const std::vector<PairResult> results =
-      run_bench(plan, *backend, inputs, [&](const PairResult& result) {
+      run_bench(plan, *backend, comms, inputs, [&](const PairResult& result) {
         metrics.push_back(pair_metrics(plan, inputs.remote_rows, result, floor));
         print_row(std::cout, result, metrics.back());
       });

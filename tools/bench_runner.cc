@@ -232,10 +232,10 @@ BenchInputs make_bench_inputs(const BenchPlan& plan) {
 }
 
 std::vector<PairResult> run_bench(const BenchPlan& plan, BenchBackend& backend,
+                                  const std::vector<std::shared_ptr<Communicator>>& comms,
                                   const BenchInputs& inputs,
                                   const std::function<void(const PairResult&)>& on_pair) {
   const InputShape& s = plan.shape;
-  const std::vector<std::shared_ptr<Communicator>> comms = backend.communicators(s.ranks);
   std::vector<RefInput> ref_inputs(s.ranks);  // [W] views of the inputs for the reference
   for (int r = 0; r < s.ranks; ++r) {
     ref_inputs[r] = RefInput{s.tokens, inputs.ranks[r].x.data(), inputs.ranks[r].topk_idx.data(),

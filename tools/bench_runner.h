@@ -32,9 +32,10 @@ struct BenchInputs {
 // Generates every rank's inputs (one thread per rank).
 BenchInputs make_bench_inputs(const BenchPlan& plan);
 
-// Runs every pair of the plan in order, calling on_pair as each one finishes. Throws RunFailure
-// naming the pair and the rank whose failure came first.
+// Runs every pair of the plan in order on `comms` (backend.communicators(W)), calling on_pair as
+// each one finishes. Throws RunFailure naming the pair and the rank whose failure came first.
 std::vector<PairResult> run_bench(const BenchPlan& plan, BenchBackend& backend,
+                                  const std::vector<std::shared_ptr<Communicator>>& comms,
                                   const BenchInputs& inputs,
                                   const std::function<void(const PairResult&)>& on_pair);
 
