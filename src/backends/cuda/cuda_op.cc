@@ -129,10 +129,15 @@ CudaOp::CudaOp(std::shared_ptr<NcclCommunicator> comm, const OpConfig& config)
   MOE_EP_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   char** peers_device = nullptr;
   try {
-    MOE_EP_CUDA_CHECK(cudaMalloc(&peers_device, sizeof(char*) * world));
-    MOE_EP_CUDA_CHECK(resolve_peer_pointers(window_, world, peers_device, stream));
-    MOE_EP_CUDA_CHECK(cudaMemcpyAsync(peers_.base, peers_device, sizeof(char*) * world,
-                                      cudaMemcpyDeviceToHost, stream));
+    if (world == 1) {
+      // A one-rank window has no peer mapping to resolve (ncclGetPeerPointer faults on it).
+      peers_.base[0] = static_cast<char*>(buffer_);
+    } else {
+      MOE_EP_CUDA_CHECK(cudaMalloc(&peers_device, sizeof(char*) * world));
+      MOE_EP_CUDA_CHECK(resolve_peer_pointers(window_, world, peers_device, stream));
+      MOE_EP_CUDA_CHECK(cudaMemcpyAsync(peers_.base, peers_device, sizeof(char*) * world,
+                                        cudaMemcpyDeviceToHost, stream));
+    }
     // The fingerprint exchange also orders every rank's cudaMemset before any peer store.
     exchange_fingerprints(stream);
   } catch (...) {
