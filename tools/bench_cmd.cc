@@ -84,7 +84,7 @@ CommandFn add_bench_command(CLI::App& app) {
   cmd->add_option("--backend", o.backend,
                   "auto|cpu|cuda; auto = cuda when built with CUDA and a GPU is visible");
   add_int(cmd, "--ranks", o.ranks, "ranks (threads on cpu, GPUs on cuda); cpu 4, cuda all GPUs");
-  add_int(cmd, "--tokens", o.tokens, "tokens per rank; cpu 256, cuda 4096");
+  add_int(cmd, "--tokens", o.tokens, "tokens per rank; cpu 128, cuda 4096");
   add_int(cmd, "--hidden", o.hidden, "hidden size H; cpu 2048, cuda 7168");
   add_int(cmd, "--experts", o.experts, "experts E (a multiple of --ranks); cpu 64, cuda 256");
   add_int(cmd, "--topk", o.topk, "experts per token K; 8");
