@@ -45,8 +45,11 @@ __global__ void __launch_bounds__(kDataThreads) combine_reduce_kernel(CombinePar
     wait_tagged(flag, 0, p.seq, p.timeout_ns, p.err, kPhaseCombineWait, info.rank, threadIdx.x,
                 &word);
   }
+  // The error word is in host memory: one read per block, not one per thread, over PCIe.
+  __shared__ bool failed;
+  if (threadIdx.x == 0) failed = ld_volatile(&p.err->code) != 0;
   __syncthreads();
-  if (ld_volatile(&p.err->code) != 0) return;
+  if (failed) return;
 
   const WarpCoord c = warp_coord();
   const int hidden = info.hidden;
