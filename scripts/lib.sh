@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034  # variables here are used by the scripts that source it
 # Helpers shared by scripts/*: the repository root, logging, the build parallelism, the CUDA
 # toolkit on PATH and the installation of missing Debian packages. Source it, do not run it:
 #   . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -5,6 +6,11 @@
 # call apt-get; fail with the list of missing packages instead).
 
 MOE_EP_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+
+# The scripts' own MOE_EP_* settings stay shell variables but are not passed on: the library
+# warns about every MOE_EP_* variable it does not know, and tests may inspect the environment.
+export -n MOE_EP_JOBS MOE_EP_BUILD_DIR MOE_EP_NO_INSTALL MOE_EP_CTEST_ARGS MOE_EP_CUDA_ARCH \
+  2>/dev/null || true
 MOE_EP_SCRIPT="${MOE_EP_SCRIPT:-$(basename "$0")}"
 
 # Debian packages a build with tests needs. Each has a file that proves it is usable without
