@@ -24,17 +24,41 @@ __device__ __forceinline__ WarpCoord warp_coord() {
   return c;
 }
 
-// Bit d set when token t goes to rank d (pos >= 0); every lane gets the same mask. W <= 64.
-__device__ __forceinline__ uint64_t dest_mask(const int32_t* pos, int max_tokens, int world,
-                                              int64_t t, int lane) {
-  uint64_t mask = 0;
+// Where token t goes: lane d (and d + 32) holds the row of token t in destination d's receive
+// buffer (send_offset[d] + pos[d][t]) or -1; `mask` has bit d set for every destination. W <= 64.
+struct TokenRoutes {
+  uint64_t mask;
+  int64_t row_lo;  // destination `lane`
+  int64_t row_hi;  // destination `lane + 32`
+  // Row in destination d (warp-uniform d; every lane must call it: it shuffles).
+  __device__ __forceinline__ int64_t row(int d) const {
+    const int64_t mine = d < 32 ? row_lo : row_hi;
+    return __shfl_sync(0xffffffffu, mine, d & 31);
+  }
+};
+
+__device__ __forceinline__ TokenRoutes token_routes(const int32_t* pos, const int32_t* offsets,
+                                                    int max_tokens, int world, int64_t t,
+                                                    int lane) {
+  TokenRoutes r{0, -1, -1};
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int d = lane + 32 * half;
-    const bool hit = d < world && __ldcg(pos + static_cast<int64_t>(d) * max_tokens + t) >= 0;
-    mask |= static_cast<uint64_t>(__ballot_sync(0xffffffffu, hit)) << (32 * half);
+    int64_t row = -1;
+    if (d < world) {
+      const int32_t p = __ldcg(pos + static_cast<int64_t>(d) * max_tokens + t);
+      if (p >= 0) row = static_cast<int64_t>(offsets ? __ldcg(offsets + d) : 0) + p;
+    }
+    (half == 0 ? r.row_lo : r.row_hi) = row;
+    r.mask |= static_cast<uint64_t>(__ballot_sync(0xffffffffu, row >= 0)) << (32 * half);
   }
-  return mask;
+  return r;
+}
+
+__device__ __forceinline__ int next_dest(uint64_t& m) {
+  const int d = __ffsll(static_cast<long long>(m)) - 1;
+  m &= m - 1;
+  return d;
 }
 
 // Load 8 bf16 of a row starting at element `elem` (zeros past the end of the row).
@@ -59,14 +83,8 @@ __device__ __forceinline__ void store_lane(char* payload, char* scales, int64_t 
 template <typename F>
 __device__ __forceinline__ LaneWord<F> load_word(const char* payload, int64_t elem) {
   const int64_t byte = F::kElemsPerByte == 0 ? 2 * elem : elem / (F::kElemsPerByte);
-  const auto* p = reinterpret_cast<const LaneWord<F>*>(payload + byte);
-  if constexpr (sizeof(LaneWord<F>) == 16) {
-    return __ldcg(p);
-  } else if constexpr (sizeof(LaneWord<F>) == 8) {
-    return __ldcg(p);
-  } else {
-    return __ldcg(p);
-  }
+  // L2-only load: the data was written by peers, so no stale L1 line may serve it.
+  return __ldcg(reinterpret_cast<const LaneWord<F>*>(payload + byte));
 }
 
 }  // namespace moe_ep::cuda_backend

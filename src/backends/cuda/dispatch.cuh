@@ -1,8 +1,9 @@
-// Dispatch data kernel: each warp takes a token, reads its bf16 row once (16 bytes a lane),
-// encodes it to the wire format in registers and stores the result, with the row's metadata,
-// straight into the receive buffer of every destination rank at its canonical row (computed by
-// notify). Pre-quantized input is copied as bytes. The last block releases the per-source done
-// flag in every destination; dispatch_wait_kernel then waits for all sources' flags.
+// Dispatch data kernel: each warp takes a token, reads its bf16 row once (16 bytes a lane, four
+// 256-element chunks in flight), encodes it to the wire format in registers and stores the
+// result, with the row's metadata, straight into the receive buffer of every destination rank
+// at its canonical row (computed by notify). Pre-quantized input is copied as bytes. The last
+// block releases the per-source done flag in every destination; dispatch_wait_kernel then waits
+// for all sources' flags.
 #pragma once
 
 #include "backends/cuda/data_common.cuh"
@@ -11,30 +12,44 @@ namespace moe_ep::cuda_backend {
 
 inline constexpr int kDispatchUnroll = 4;  // chunks of 256 elements loaded before encoding
 
+// Receive-buffer fields as offsets from a rank's base: the layout is the same on every rank.
+struct RecvFields {
+  int64_t payload, scales, topk_idx, topk_weights, src_rank, src_token;
+  __device__ __forceinline__ explicit RecvFields(const BufferLayout& l)
+      : payload(l.recv_payload_offset(0)),
+        scales(l.recv_scales_offset(0)),
+        topk_idx(l.recv_topk_idx_offset(0)),
+        topk_weights(l.recv_topk_weights_offset(0)),
+        src_rank(l.recv_src_rank_offset(0)),
+        src_token(l.recv_src_token_offset(0)) {}
+};
+
 // Sender role, metadata: local expert ids for the destination's slots, weights, source.
-__device__ __forceinline__ void send_metadata(const DispatchParams& p, char* peer, int dest,
-                                              int64_t row, int64_t t, int lane) {
+__device__ __forceinline__ void send_metadata(const DispatchParams& p, const RecvFields& f,
+                                              char* peer, int dest, int64_t row, int64_t t,
+                                              int lane) {
   const RankInfo& info = p.info;
   for (int k = lane; k < info.topk; k += 32) {
     const int32_t e = p.topk_idx[t * info.topk + k];
     const bool mine = e >= 0 && e / info.experts_per_rank == dest;
-    reinterpret_cast<int32_t*>(peer + p.layout.recv_topk_idx_offset(row))[k] =
+    reinterpret_cast<int32_t*>(peer + f.topk_idx)[row * info.topk + k] =
         mine ? e - dest * info.experts_per_rank : -1;
-    reinterpret_cast<float*>(peer + p.layout.recv_topk_weights_offset(row))[k] =
+    reinterpret_cast<float*>(peer + f.topk_weights)[row * info.topk + k] =
         p.topk_weights[t * info.topk + k];
   }
   if (lane == 0) {
-    *reinterpret_cast<int32_t*>(peer + p.layout.recv_src_rank_offset(row)) = info.rank;
-    *reinterpret_cast<int32_t*>(peer + p.layout.recv_src_token_offset(row)) =
-        static_cast<int32_t>(t);
+    reinterpret_cast<int32_t*>(peer + f.src_rank)[row] = info.rank;
+    reinterpret_cast<int32_t*>(peer + f.src_token)[row] = static_cast<int32_t>(t);
   }
 }
 
 // Sender role, payload from bf16: encode each 256-element chunk once, store to every dest.
 template <typename F>
-__device__ __forceinline__ void send_encoded(const DispatchParams& p, int64_t t, uint64_t mask,
-                                             const int64_t* rows, int lane) {
+__device__ __forceinline__ void send_encoded(const DispatchParams& p, const RecvFields& f,
+                                             int64_t t, const TokenRoutes& routes, int lane) {
   const int hidden = p.info.hidden;
+  const int64_t payload_bytes = p.layout.dispatch_payload_bytes;
+  const int64_t scale_bytes = p.layout.dispatch_scale_bytes;
   const uint16_t* src = static_cast<const uint16_t*>(p.x) + t * hidden;
   for (int64_t base = 0; base < hidden; base += kElemsPerWarpStep * kDispatchUnroll) {
     uint4 v[kDispatchUnroll];
@@ -44,42 +59,55 @@ __device__ __forceinline__ void send_encoded(const DispatchParams& p, int64_t t,
     }
 #pragma unroll
     for (int u = 0; u < kDispatchUnroll; ++u) {
-      const int64_t elem = base + u * kElemsPerWarpStep + lane * kElemsPerLane;
       if (base + u * kElemsPerWarpStep >= hidden) break;  // warp-uniform
+      const int64_t elem = base + u * kElemsPerWarpStep + lane * kElemsPerLane;
       const typename F::Params params = lane_block_params<F>(v[u]);
       const LaneWord<F> word = lane_encode<F>(v[u], params);
-      if (elem >= hidden) continue;
-      for (uint64_t m = mask; m != 0; m &= m - 1) {
-        const int d = __ffsll(static_cast<long long>(m)) - 1;
+      for (uint64_t m = routes.mask; m != 0;) {
+        const int d = next_dest(m);
+        const int64_t row = routes.row(d);
         char* peer = p.peers.base[d];
-        store_lane<F>(peer + p.layout.recv_payload_offset(rows[d]),
-                      peer + p.layout.recv_scales_offset(rows[d]), elem, word, params);
+        if (elem < hidden) {
+          store_lane<F>(peer + f.payload + row * payload_bytes, peer + f.scales + row * scale_bytes,
+                        elem, word, params);
+        }
       }
     }
   }
 }
 
-// Sender role, pre-quantized payload and scales: 16-byte copies of the payload, 4-byte copies
-// of the scales (scale bytes per row are a multiple of 4 for fp8 and of 1 for mxfp4).
-__device__ __forceinline__ void send_bytes(const DispatchParams& p, int64_t t, uint64_t mask,
-                                           const int64_t* rows, int lane) {
+// Sender role, pre-quantized payload and scales: 16-byte copies of the payload, byte copies of
+// the scales (a few dozen bytes per row).
+__device__ __forceinline__ void send_bytes(const DispatchParams& p, const RecvFields& f,
+                                           int64_t t, const TokenRoutes& routes, int lane) {
   const int64_t payload = p.layout.dispatch_payload_bytes;
   const int64_t scale_bytes = p.layout.dispatch_scale_bytes;
   const auto* src = reinterpret_cast<const uint4*>(static_cast<const char*>(p.x) + t * payload);
   const auto* src_scales = static_cast<const uint8_t*>(p.x_scales) + t * scale_bytes;
-  for (int64_t i = lane; i < payload / 16; i += 32) {
-    const uint4 v = load_stream(src + i);
-    for (uint64_t m = mask; m != 0; m &= m - 1) {
-      const int d = __ffsll(static_cast<long long>(m)) - 1;
-      reinterpret_cast<uint4*>(p.peers.base[d] + p.layout.recv_payload_offset(rows[d]))[i] = v;
+  const int64_t vectors = payload / 16;
+  for (int64_t base = 0; base < vectors; base += 32 * kDispatchUnroll) {
+    uint4 v[kDispatchUnroll];
+#pragma unroll
+    for (int u = 0; u < kDispatchUnroll; ++u) {
+      const int64_t i = base + u * 32 + lane;
+      if (i < vectors) v[u] = load_stream(src + i);
+    }
+    for (uint64_t m = routes.mask; m != 0;) {
+      const int d = next_dest(m);
+      const int64_t row = routes.row(d);
+      auto* dst = reinterpret_cast<uint4*>(p.peers.base[d] + f.payload + row * payload);
+#pragma unroll
+      for (int u = 0; u < kDispatchUnroll; ++u) {
+        const int64_t i = base + u * 32 + lane;
+        if (i < vectors) dst[i] = v[u];
+      }
     }
   }
-  for (int64_t i = lane; i < scale_bytes; i += 32) {
-    const uint8_t b = src_scales[i];
-    for (uint64_t m = mask; m != 0; m &= m - 1) {
-      const int d = __ffsll(static_cast<long long>(m)) - 1;
-      reinterpret_cast<uint8_t*>(p.peers.base[d] + p.layout.recv_scales_offset(rows[d]))[i] = b;
-    }
+  for (uint64_t m = routes.mask; m != 0;) {
+    const int d = next_dest(m);
+    const int64_t row = routes.row(d);
+    uint8_t* dst = reinterpret_cast<uint8_t*>(p.peers.base[d] + f.scales + row * scale_bytes);
+    for (int64_t i = lane; i < scale_bytes; i += 32) dst[i] = src_scales[i];
   }
 }
 
@@ -87,19 +115,18 @@ template <typename F, bool kPrequantized>
 __global__ void __launch_bounds__(kDataThreads) dispatch_kernel(DispatchParams p) {
   const WarpCoord c = warp_coord();
   const RankInfo& info = p.info;
-  int64_t rows[kMaxWorldSize];
+  const RecvFields fields(p.layout);
   for (int64_t t = c.warp; t < p.num_tokens; t += c.num_warps) {
-    const uint64_t mask = dest_mask(p.pos, info.max_tokens, info.world_size, t, c.lane);
-    for (uint64_t m = mask; m != 0; m &= m - 1) {
-      const int d = __ffsll(static_cast<long long>(m)) - 1;
-      rows[d] = static_cast<int64_t>(__ldcg(p.send_offset + d)) +
-                __ldcg(p.pos + static_cast<int64_t>(d) * info.max_tokens + t);
-      send_metadata(p, p.peers.base[d], d, rows[d], t, c.lane);
+    const TokenRoutes routes =
+        token_routes(p.pos, p.send_offset, info.max_tokens, info.world_size, t, c.lane);
+    for (uint64_t m = routes.mask; m != 0;) {
+      const int d = next_dest(m);
+      send_metadata(p, fields, p.peers.base[d], d, routes.row(d), t, c.lane);
     }
     if constexpr (kPrequantized) {
-      send_bytes(p, t, mask, rows, c.lane);
+      send_bytes(p, fields, t, routes, c.lane);
     } else {
-      send_encoded<F>(p, t, mask, rows, c.lane);
+      send_encoded<F>(p, fields, t, routes, c.lane);
     }
   }
   signal_when_grid_done(p.block_counter, p.peers.base, info.world_size,
