@@ -109,8 +109,8 @@ CommandFn add_bench_command(CLI::App& app) {
   add_double(cmd, "--masked-fraction", o.masked_fraction,
              "fraction of top-k slots masked with -1 (default 0)");
   add_double(cmd, "--x-std", o.x_std,
-             "standard deviation of the gaussian x (default 1); small values show the range "
-             "advantage of blockwise scaling over fp8 direct cast");
+             "standard deviation of the gaussian x (default 0.02, activation-sized; "
+             "docs/bench.md says why)");
   return [options](LogBuffer& logs) { return run(*options, logs); };
 }
 

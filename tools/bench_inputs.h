@@ -18,7 +18,7 @@ struct InputShape {
   int experts = 1;               // E
   int topk = 1;                  // K
   double masked_fraction = 0.0;  // probability that a slot is -1
-  double x_std = 1.0;            // standard deviation of x
+  double x_std = 0.02;           // standard deviation of x (docs/bench.md)
   uint64_t seed = 0;
 };
 

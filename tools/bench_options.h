@@ -25,7 +25,7 @@ struct BenchOptions {
   std::string json_path;  // empty: no JSON
   bool check = true;
   double masked_fraction = 0.0;
-  double x_std = 1.0;  // standard deviation of the gaussian x
+  double x_std = 0.02;  // standard deviation of the gaussian x (docs/bench.md)
 };
 
 struct DtypePair {

@@ -14,6 +14,7 @@ inline constexpr int kCombineUnroll = 4;
 
 template <typename F>
 __global__ void __launch_bounds__(kDataThreads) combine_send_kernel(CombineParams p) {
+  if (block_sees_error(p.err)) return;
   const WarpCoord c = warp_coord();
   const RankInfo& info = p.info;
   const char* self = p.peers.base[info.rank];
@@ -60,11 +61,7 @@ __global__ void __launch_bounds__(kDataThreads) combine_reduce_kernel(CombinePar
     wait_tagged(flag, 0, p.seq, p.timeout_ns, p.err, kPhaseCombineWait, info.rank, threadIdx.x,
                 &word);
   }
-  // The error word is in host memory: one read per block, not one per thread, over PCIe.
-  __shared__ bool failed;
-  if (threadIdx.x == 0) failed = ld_volatile(&p.err->code) != 0;
-  __syncthreads();
-  if (failed) return;
+  if (block_sees_error(p.err)) return;
 
   const WarpCoord c = warp_coord();
   const int hidden = info.hidden;

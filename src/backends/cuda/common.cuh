@@ -31,10 +31,19 @@ __device__ __forceinline__ int32_t ld_volatile(const int32_t* p) {
   return *reinterpret_cast<const volatile int32_t*>(p);
 }
 
-__device__ inline void report_error(DeviceError* err, int32_t code, int32_t phase, int32_t rank,
+// One read of the device error flag per block, shared with every thread (a barrier).
+__device__ __forceinline__ bool block_sees_error(const ErrorSink& sink) {
+  __shared__ int32_t seen;
+  if (threadIdx.x == 0) seen = ld_volatile(sink.flag);
+  __syncthreads();
+  return seen != 0;
+}
+
+__device__ inline void report_error(const ErrorSink& sink, int32_t code, int32_t phase, int32_t rank,
                                     int32_t peer, int64_t expected, int64_t seen, int64_t token,
                                     int64_t column, int64_t value) {
-  if (atomicCAS(&err->code, 0, -1) != 0) return;  // someone reported first
+  if (atomicCAS(sink.flag, 0, -1) != 0) return;  // someone reported first
+  DeviceError* err = sink.host;
   err->phase = phase;
   err->rank = rank;
   err->peer = peer;
@@ -44,15 +53,16 @@ __device__ inline void report_error(DeviceError* err, int32_t code, int32_t phas
   err->column = column;
   err->value = value;
   __threadfence_system();
-  atomicExch(&err->code, code);
+  err->code = code;
   __threadfence_system();
+  atomicExch(sink.flag, code);
 }
 
 // Waits until the 64-bit word at `flag` satisfies (word >> shift) == expected. Returns the word,
 // or reports a timeout (and returns 0) after timeout_ns, or gives up early once another thread
 // has reported an error.
 __device__ inline bool wait_tagged(const uint64_t* flag, int shift, uint64_t expected,
-                                   uint64_t timeout_ns, DeviceError* err, int32_t phase,
+                                   uint64_t timeout_ns, const ErrorSink& err, int32_t phase,
                                    int32_t rank, int32_t peer, uint64_t* word_out) {
   const uint64_t start = global_timer_ns();
   uint32_t spins = 0;
@@ -63,7 +73,7 @@ __device__ inline bool wait_tagged(const uint64_t* flag, int shift, uint64_t exp
       return true;
     }
     if ((++spins & 1023u) == 0) {
-      if (ld_volatile(&err->code) != 0) return false;
+      if (ld_volatile(err.flag) != 0) return false;
       if (global_timer_ns() - start > timeout_ns) {
         report_error(err, kDevTimeout, phase, rank, peer, static_cast<int64_t>(expected),
                      static_cast<int64_t>(word >> shift), -1, -1, 0);

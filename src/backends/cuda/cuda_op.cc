@@ -82,6 +82,8 @@ class CudaOp final : public Op {
   int32_t* send_offset_ = nullptr; // [W]
   int32_t* recv_expert_count_ = nullptr;  // [E / W]
   unsigned int* counters_ = nullptr;      // [2]: dispatch, combine block counters
+  int32_t* error_flag_ = nullptr;         // device copy of the error code (ErrorSink::flag)
+  cudaEvent_t notified_ = nullptr;        // recorded after notify: num_recv is then known
   HostShared* host_ = nullptr;     // mapped
   HostShared* host_dev_ = nullptr; // device alias of host_
   uint64_t seq_ = 0;               // dispatch calls so far
@@ -121,6 +123,9 @@ CudaOp::CudaOp(std::shared_ptr<NcclCommunicator> comm, const OpConfig& config)
   MOE_EP_CUDA_CHECK(cudaMalloc(&recv_expert_count_, sizeof(int32_t) * layout_.local_experts));
   MOE_EP_CUDA_CHECK(cudaMalloc(&counters_, 2 * sizeof(unsigned int)));
   MOE_EP_CUDA_CHECK(cudaMemset(counters_, 0, 2 * sizeof(unsigned int)));
+  MOE_EP_CUDA_CHECK(cudaMalloc(&error_flag_, sizeof(int32_t)));
+  MOE_EP_CUDA_CHECK(cudaMemset(error_flag_, 0, sizeof(int32_t)));
+  MOE_EP_CUDA_CHECK(cudaEventCreateWithFlags(&notified_, cudaEventDisableTiming));
   MOE_EP_CUDA_CHECK(cudaHostAlloc(&host_, sizeof(HostShared), cudaHostAllocMapped));
   std::memset(host_, 0, sizeof(HostShared));
   MOE_EP_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&host_dev_), host_, 0));
@@ -163,6 +168,8 @@ CudaOp::~CudaOp() {
   cudaFree(send_offset_);
   cudaFree(recv_expert_count_);
   cudaFree(counters_);
+  cudaFree(error_flag_);
+  cudaEventDestroy(notified_);
   cudaFreeHost(host_);
 }
 
@@ -264,7 +271,11 @@ void CudaOp::raise_device_error(const char* call) {
       argument_error = false;
   }
   if (argument_error) {
-    std::memset(host_, 0, sizeof(DeviceError));  // the op stays usable
+    // The op stays usable: let the aborted call's queued kernels finish (they see the flag and
+    // skip their work), then clear both copies of the error.
+    cudaDeviceSynchronize();
+    std::memset(&host_->error, 0, sizeof(DeviceError));
+    cudaMemset(error_flag_, 0, sizeof(int32_t));
     throw InvalidArgument(where + message);
   }
   if (e.code == kDevTimeout) poison_and_throw(Timeout(where + message));
@@ -288,13 +299,22 @@ DispatchResult CudaOp::dispatch(const DispatchArgs& args) {
     ValidateParams vp{info, args.topk_idx.ptr<int32_t>(),
                       prequantized ? nullptr : args.x.ptr<uint16_t>(),
                       args.topk_weights.ptr<float>(), static_cast<int32_t>(num_tokens),
-                      Knobs::get().validate, &host_dev_->error};
+                      Knobs::get().validate, ErrorSink{&host_dev_->error, error_flag_}};
     MOE_EP_CUDA_CHECK(launch_validate(vp, stream));
     NotifyParams np{info,   peers_,     layout_,       args.topk_idx.ptr<int32_t>(),
                     static_cast<int32_t>(num_tokens), pos_, send_offset_, recv_expert_count_,
-                    &host_dev_->num_recv, seq, timeout_ns, &host_dev_->error};
+                    &host_dev_->num_recv, seq, timeout_ns, ErrorSink{&host_dev_->error, error_flag_}};
     MOE_EP_CUDA_CHECK(launch_notify(np, stream));
-    MOE_EP_CUDA_CHECK(cudaStreamSynchronize(stream));  // bounded: every device wait times out
+    MOE_EP_CUDA_CHECK(cudaEventRecord(notified_, stream));
+    // The data kernel needs only device state (positions, offsets), so it is queued before the
+    // host learns num_recv; it skips its work when notify reported an error.
+    DispatchParams dp{info, peers_, layout_, args.x.data, args.x_scales.data,
+                      args.topk_idx.ptr<int32_t>(), args.topk_weights.ptr<float>(),
+                      static_cast<int32_t>(num_tokens), pos_, send_offset_, &counters_[0], seq,
+                      timeout_ns, ErrorSink{&host_dev_->error, error_flag_}};
+    MOE_EP_CUDA_CHECK(
+        launch_dispatch(config_.dispatch_dtype, prequantized, dp, num_blocks_, stream));
+    MOE_EP_CUDA_CHECK(cudaEventSynchronize(notified_));  // bounded: device waits time out
   } catch (const CudaError& e) {
     poison_and_throw(e);
   }
@@ -303,15 +323,6 @@ DispatchResult CudaOp::dispatch(const DispatchArgs& args) {
   if (num_recv < 0 || num_recv > layout_.max_recv_rows()) {
     poison_and_throw(Internal(detail::concat("dispatch: notify produced num_recv=", num_recv,
                                              " outside [0, ", layout_.max_recv_rows(), "]")));
-  }
-  DispatchParams dp{info, peers_, layout_, args.x.data, args.x_scales.data,
-                    args.topk_idx.ptr<int32_t>(), args.topk_weights.ptr<float>(),
-                    static_cast<int32_t>(num_tokens), pos_, send_offset_, &counters_[0], seq,
-                    timeout_ns, &host_dev_->error};
-  try {
-    MOE_EP_CUDA_CHECK(launch_dispatch(config_.dispatch_dtype, prequantized, dp, num_blocks_, stream));
-  } catch (const CudaError& e) {
-    poison_and_throw(e);
   }
 
   last_ = Handle{uid_, seq, num_tokens, num_recv};
@@ -366,7 +377,7 @@ void CudaOp::combine(const Handle& handle, const TensorView& y, const TensorView
                    &counters_[1],
                    handle.call_seq,
                    static_cast<uint64_t>(Knobs::get().timeout_s * 1e9),
-                   &host_dev_->error};
+                   ErrorSink{&host_dev_->error, error_flag_}};
   try {
     MOE_EP_CUDA_CHECK(
         launch_combine(config_.combine_dtype, cp, num_blocks_, static_cast<cudaStream_t>(stream)));

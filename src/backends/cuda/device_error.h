@@ -36,4 +36,12 @@ struct DeviceError {
   int64_t value;
 };
 
+// Where kernels report: the first reporter wins the device flag (device memory, cheap to poll),
+// then fills the host record (mapped host memory, which the GPU reaches over PCIe: reading it
+// from every block cost ~100 us per kernel on the H200 machines, so kernels never poll it).
+struct ErrorSink {
+  DeviceError* host;  // mapped host memory, written once per error
+  int32_t* flag;      // device memory: 0 while no error was reported, else the code
+};
+
 }  // namespace moe_ep::cuda_backend

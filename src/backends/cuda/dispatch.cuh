@@ -113,6 +113,9 @@ __device__ __forceinline__ void send_bytes(const DispatchParams& p, const RecvFi
 
 template <typename F, bool kPrequantized>
 __global__ void __launch_bounds__(kDataThreads) dispatch_kernel(DispatchParams p) {
+  // Launched before the host has looked at notify's outcome: a rejected or failed call stops
+  // here on every rank (notify set the flag), so no data moves.
+  if (block_sees_error(p.err)) return;
   const WarpCoord c = warp_coord();
   const RankInfo& info = p.info;
   const RecvFields fields(p.layout);
@@ -135,6 +138,7 @@ __global__ void __launch_bounds__(kDataThreads) dispatch_kernel(DispatchParams p
 
 // Receiver role: wait until every source has released its done flag for this call.
 __global__ void dispatch_wait_kernel(DispatchParams p) {
+  if (block_sees_error(p.err)) return;
   const int src = threadIdx.x;
   if (src >= p.info.world_size) return;
   const auto* flag = reinterpret_cast<const uint64_t*>(p.peers.base[p.info.rank] +

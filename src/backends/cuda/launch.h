@@ -38,7 +38,7 @@ struct ValidateParams {
   const float* topk_weights;    // [T, K]
   int32_t num_tokens;
   bool validate;
-  DeviceError* err;
+  ErrorSink err;
 };
 
 // Counts exchange: per destination position of every token, send offsets, receive totals.
@@ -54,7 +54,7 @@ struct NotifyParams {
   int64_t* host_num_recv;       // mapped host memory
   uint64_t seq;
   uint64_t timeout_ns;
-  DeviceError* err;
+  ErrorSink err;
 };
 
 struct DispatchParams {
@@ -71,7 +71,7 @@ struct DispatchParams {
   unsigned int* block_counter;
   uint64_t seq;
   uint64_t timeout_ns;
-  DeviceError* err;
+  ErrorSink err;
 };
 
 struct CombineParams {
@@ -86,7 +86,7 @@ struct CombineParams {
   unsigned int* block_counter;
   uint64_t seq;
   uint64_t timeout_ns;
-  DeviceError* err;
+  ErrorSink err;
 };
 
 cudaError_t launch_validate(const ValidateParams& p, cudaStream_t stream);

@@ -87,10 +87,7 @@ __device__ void notify_send(const NotifyParams& p, int dest, int* expert_count) 
     running += chunk_total;
     __syncthreads();  // scan_storage is reused
   }
-  // The error word is in host memory: one read per block, not one per thread, over PCIe.
-  __shared__ bool rejected;
-  if (threadIdx.x == 0) rejected = ld_volatile(&p.err->code) != 0;
-  __syncthreads();
+  const bool rejected = block_sees_error(p.err);
   const uint64_t tag = p.seq << 32;
   const uint64_t count_word = tag | (rejected ? kRejectedCount : static_cast<uint32_t>(running));
   const int parity = static_cast<int>(p.seq & 1);
