@@ -23,6 +23,18 @@ __device__ __forceinline__ uint64_t ld_acquire_sys(const uint64_t* p) {
   return v;
 }
 
+// For self-describing words ({seq, value}) that order nothing else: no fence is needed, only a
+// single-copy-atomic 64-bit store and load.
+__device__ __forceinline__ void st_relaxed_sys(uint64_t* p, uint64_t v) {
+  asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+__device__ __forceinline__ uint64_t ld_relaxed_sys(const uint64_t* p) {
+  uint64_t v;
+  asm volatile("ld.relaxed.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+
 __device__ __forceinline__ void st_release_sys(uint64_t* p, uint64_t v) {
   asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
@@ -61,13 +73,15 @@ __device__ inline void report_error(const ErrorSink& sink, int32_t code, int32_t
 // Waits until the 64-bit word at `flag` satisfies (word >> shift) == expected. Returns the word,
 // or reports a timeout (and returns 0) after timeout_ns, or gives up early once another thread
 // has reported an error.
+// With kAcquire false the load is relaxed: for words that carry their own payload.
+template <bool kAcquire = true>
 __device__ inline bool wait_tagged(const uint64_t* flag, int shift, uint64_t expected,
                                    uint64_t timeout_ns, const ErrorSink& err, int32_t phase,
                                    int32_t rank, int32_t peer, uint64_t* word_out) {
   const uint64_t start = global_timer_ns();
   uint32_t spins = 0;
   while (true) {
-    const uint64_t word = ld_acquire_sys(flag);
+    const uint64_t word = kAcquire ? ld_acquire_sys(flag) : ld_relaxed_sys(flag);
     if ((word >> shift) == expected) {
       *word_out = word;
       return true;

@@ -49,15 +49,6 @@ __global__ void validate_kernel(ValidateParams p) {
   }
 }
 
-__device__ __forceinline__ bool goes_to(const RankInfo& info, const int32_t* slots, int dest) {
-  bool hit = false;
-  for (int k = 0; k < info.topk; ++k) {
-    const int32_t e = slots[k];
-    hit |= (e >= 0 && e < info.num_experts && e / info.experts_per_rank == dest);
-  }
-  return hit;
-}
-
 // Block d: canonical positions of the tokens sent to d, and the messages for d.
 __device__ void notify_send(const NotifyParams& p, int dest, int* expert_count) {
   using Scan = cub::BlockScan<int, kNotifyThreads>;
@@ -70,12 +61,14 @@ __device__ void notify_send(const NotifyParams& p, int dest, int* expert_count) 
     const int t = base + threadIdx.x;
     int flag = 0;
     if (t < p.num_tokens) {
+      // Experts of `dest` are [first, first + experts_per_rank): a range test, no division.
       const int32_t* slots = p.topk_idx + static_cast<int64_t>(t) * info.topk;
-      flag = goes_to(info, slots, dest) ? 1 : 0;
-      for (int k = 0; k < info.topk && flag; ++k) {
-        const int32_t e = slots[k];
-        if (e >= 0 && e < info.num_experts && e / info.experts_per_rank == dest) {
-          atomicAdd(&expert_count[e - dest * info.experts_per_rank], 1);
+      const int32_t first = dest * info.experts_per_rank;
+      for (int k = 0; k < info.topk; ++k) {
+        const int32_t local = slots[k] - first;
+        if (slots[k] >= 0 && local >= 0 && local < info.experts_per_rank) {
+          flag = 1;
+          atomicAdd(&expert_count[local], 1);
         }
       }
     }
@@ -92,12 +85,12 @@ __device__ void notify_send(const NotifyParams& p, int dest, int* expert_count) 
   const uint64_t count_word = tag | (rejected ? kRejectedCount : static_cast<uint32_t>(running));
   const int parity = static_cast<int>(p.seq & 1);
   for (int peer = threadIdx.x; peer < info.world_size; peer += blockDim.x) {
-    st_release_sys(reinterpret_cast<uint64_t*>(
+    st_relaxed_sys(reinterpret_cast<uint64_t*>(
                        p.peers.base[peer] + p.layout.counts_offset(parity, info.rank, dest)),
                    count_word);
   }
   for (int e = threadIdx.x; e < info.experts_per_rank; e += blockDim.x) {
-    st_release_sys(reinterpret_cast<uint64_t*>(
+    st_relaxed_sys(reinterpret_cast<uint64_t*>(
                        p.peers.base[dest] + p.layout.experts_offset(parity, info.rank, e)),
                    tag | static_cast<uint32_t>(expert_count[e]));
   }
@@ -117,7 +110,7 @@ __device__ void notify_receive(const NotifyParams& p, int* counts /* [W*W] */) {
     uint64_t word = 0;
     const auto* flag =
         reinterpret_cast<const uint64_t*>(self + p.layout.counts_offset(parity, src, dst));
-    if (!wait_tagged(flag, 32, p.seq, p.timeout_ns, p.err, kPhaseNotify, info.rank, src, &word)) {
+    if (!wait_tagged<false>(flag, 32, p.seq, p.timeout_ns, p.err, kPhaseNotify, info.rank, src, &word)) {
       counts[i] = 0;
       continue;
     }
@@ -137,7 +130,7 @@ __device__ void notify_receive(const NotifyParams& p, int* counts /* [W*W] */) {
       uint64_t word = 0;
       const auto* flag =
           reinterpret_cast<const uint64_t*>(self + p.layout.experts_offset(parity, src, e));
-      if (wait_tagged(flag, 32, p.seq, p.timeout_ns, p.err, kPhaseNotify, info.rank, src, &word)) {
+      if (wait_tagged<false>(flag, 32, p.seq, p.timeout_ns, p.err, kPhaseNotify, info.rank, src, &word)) {
         total += static_cast<int>(static_cast<uint32_t>(word));
       }
     }
