@@ -20,8 +20,8 @@ namespace {
 
 int gpus_or_skip() { return cuda_device_count(); }
 
-#define MOE_EP_REQUIRE_GPU()                                                      \
-  if (!cuda_backend_built()) GTEST_SKIP() << "moe-ep was built without CUDA";     \
+#define MOE_EP_REQUIRE_GPU()                                                  \
+  if (!cuda_backend_built()) GTEST_SKIP() << "moe-ep was built without CUDA"; \
   if (gpus_or_skip() == 0) GTEST_SKIP() << "no CUDA device visible: GPU test skipped"
 
 #ifdef MOE_EP_WITH_CUDA
@@ -68,9 +68,9 @@ std::vector<RoundResult> run_rounds_cuda(const OpConfig& config, int world_size,
                                      config.hidden, DeviceType::kCuda, rank),
                   nullptr);
       op->synchronize(nullptr);
-      res.out[rank] = download_view<uint16_t>(TensorView::matrix(
-          out_dev.ptr.get(), ScalarType::kBFloat16, in.num_tokens, config.hidden,
-          DeviceType::kCuda, rank));
+      res.out[rank] = download_view<uint16_t>(
+          TensorView::matrix(out_dev.ptr.get(), ScalarType::kBFloat16, in.num_tokens, config.hidden,
+                             DeviceType::kCuda, rank));
     }
   });
   for (int r = 0; r < world_size; ++r) {
@@ -91,8 +91,7 @@ void expect_equal_rounds(const RoundResult& cuda, const RoundResult& cpu, int wo
     expect_same("recv_topk_weights", a.topk_weights, b.topk_weights);
     expect_same("recv_src_rank", a.src_rank, b.src_rank);
     expect_same("recv_src_token", a.src_token, b.src_token);
-    expect_same("recv_count_per_local_expert", a.count_per_local_expert,
-                b.count_per_local_expert);
+    expect_same("recv_count_per_local_expert", a.count_per_local_expert, b.count_per_local_expert);
     expect_same("out", cuda.out[r], cpu.out[r]);
   }
 }
@@ -242,8 +241,7 @@ TEST(GpuBackend, RankThatNeverJoinsGivesTimeoutNotHang) {
   });
   for (int r = 0; r < world - 1; ++r) {
     EXPECT_NE(messages[r].find("timed out"), std::string::npos) << messages[r];
-    EXPECT_NE(messages[r].find("waited for rank " + std::to_string(world - 1)),
-              std::string::npos)
+    EXPECT_NE(messages[r].find("waited for rank " + std::to_string(world - 1)), std::string::npos)
         << messages[r];
     EXPECT_NE(messages[r].find("op unusable after"), std::string::npos) << messages[r];
     EXPECT_LT(seconds[r], 10.0) << "rank " << r << " took " << seconds[r] << " s";

@@ -16,10 +16,10 @@ void check_tensor(const char* name, const TensorView& t, ScalarType dtype, int64
                    to_string(dtype));
   MOE_EP_CHECK_ARG(t.ndim == ndim, name, " has ", t.ndim, " dimensions: expected ", ndim);
   MOE_EP_CHECK_ARG(t.rows() == rows, name, " has ", t.rows(), " rows: expected ", rows);
-  MOE_EP_CHECK_ARG(ndim == 1 || t.cols() == cols, name, " has ", t.cols(),
-                   " columns: expected ", cols);
-  MOE_EP_CHECK_ARG(t.device == device.type && (device.type == DeviceType::kCpu ||
-                                               t.device_index == device.index),
+  MOE_EP_CHECK_ARG(ndim == 1 || t.cols() == cols, name, " has ", t.cols(), " columns: expected ",
+                   cols);
+  MOE_EP_CHECK_ARG(t.device == device.type &&
+                       (device.type == DeviceType::kCpu || t.device_index == device.index),
                    name, " is on ", t.describe(), ": this op runs on ", device_name(device.type),
                    device.type == DeviceType::kCuda ? ":" + std::to_string(device.index) : "");
   MOE_EP_CHECK_ARG(rows * cols == 0 || t.data != nullptr, name, " is null with ", rows * cols,
@@ -59,8 +59,8 @@ int64_t check_dispatch_args(const OpConfig& config, const DispatchArgs& args, Ar
     }
   }
   check_tensor("topk_idx", args.topk_idx, ScalarType::kInt32, num_tokens, config.topk, 2, device);
-  check_tensor("topk_weights", args.topk_weights, ScalarType::kFloat32, num_tokens, config.topk,
-               2, device);
+  check_tensor("topk_weights", args.topk_weights, ScalarType::kFloat32, num_tokens, config.topk, 2,
+               device);
   return num_tokens;
 }
 

@@ -89,14 +89,22 @@ MOE_EP_HD uint8_t e2m1_rne_by_midpoints(float x) {
   const float a = abs_f(x);
   const uint32_t sign = (float_bits(x) >> 28) & 0x8u;
   uint32_t code;
-  if (a <= 0.25f) code = 0;        // tie 0 / 0.5 -> 0
-  else if (a < 0.75f) code = 1;    // tie 0.5 / 1 -> 1 (code 2)
-  else if (a <= 1.25f) code = 2;   // tie 1 / 1.5 -> 1
-  else if (a < 1.75f) code = 3;    // tie 1.5 / 2 -> 2 (code 4)
-  else if (a <= 2.5f) code = 4;    // tie 2 / 3 -> 2
-  else if (a < 3.5f) code = 5;     // tie 3 / 4 -> 4 (code 6)
-  else if (a <= 5.0f) code = 6;    // tie 4 / 6 -> 4
-  else code = 7;                   // saturate at 6
+  if (a <= 0.25f)
+    code = 0;  // tie 0 / 0.5 -> 0
+  else if (a < 0.75f)
+    code = 1;  // tie 0.5 / 1 -> 1 (code 2)
+  else if (a <= 1.25f)
+    code = 2;  // tie 1 / 1.5 -> 1
+  else if (a < 1.75f)
+    code = 3;  // tie 1.5 / 2 -> 2 (code 4)
+  else if (a <= 2.5f)
+    code = 4;  // tie 2 / 3 -> 2
+  else if (a < 3.5f)
+    code = 5;  // tie 3 / 4 -> 4 (code 6)
+  else if (a <= 5.0f)
+    code = 6;  // tie 4 / 6 -> 4
+  else
+    code = 7;  // saturate at 6
   return static_cast<uint8_t>(sign | code);
 }
 

@@ -18,11 +18,11 @@
 
 namespace moe_ep::testing {
 
-#define MOE_EP_TEST_CUDA(expr)                                                   \
-  do {                                                                           \
-    const cudaError_t s_ = (expr);                                               \
-    if (s_ != cudaSuccess) throw std::runtime_error(std::string(#expr) + ": " + \
-                                                    cudaGetErrorString(s_));     \
+#define MOE_EP_TEST_CUDA(expr)                                                      \
+  do {                                                                              \
+    const cudaError_t s_ = (expr);                                                  \
+    if (s_ != cudaSuccess)                                                          \
+      throw std::runtime_error(std::string(#expr) + ": " + cudaGetErrorString(s_)); \
   } while (0)
 
 // Device memory that frees itself.

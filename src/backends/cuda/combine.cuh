@@ -20,8 +20,7 @@ __global__ void __launch_bounds__(kDataThreads) combine_send_kernel(CombineParam
   const char* self = p.peers.base[info.rank];
   const int hidden = info.hidden;
   const int64_t payload_bytes = formats::payload_bytes_of<F>(hidden);
-  const auto* src_rank =
-      reinterpret_cast<const int32_t*>(self + p.layout.recv_src_rank_offset(0));
+  const auto* src_rank = reinterpret_cast<const int32_t*>(self + p.layout.recv_src_rank_offset(0));
   const auto* src_token =
       reinterpret_cast<const int32_t*>(self + p.layout.recv_src_token_offset(0));
   const int64_t combine_base = p.layout.combine_row_offset(info.rank, 0);

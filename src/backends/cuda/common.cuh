@@ -51,9 +51,9 @@ __device__ __forceinline__ bool block_sees_error(const ErrorSink& sink) {
   return seen != 0;
 }
 
-__device__ inline void report_error(const ErrorSink& sink, int32_t code, int32_t phase, int32_t rank,
-                                    int32_t peer, int64_t expected, int64_t seen, int64_t token,
-                                    int64_t column, int64_t value) {
+__device__ inline void report_error(const ErrorSink& sink, int32_t code, int32_t phase,
+                                    int32_t rank, int32_t peer, int64_t expected, int64_t seen,
+                                    int64_t token, int64_t column, int64_t value) {
   if (atomicCAS(sink.flag, 0, -1) != 0) return;  // someone reported first
   DeviceError* err = sink.host;
   err->phase = phase;

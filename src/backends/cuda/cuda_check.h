@@ -7,24 +7,24 @@
 
 #include "core/check.h"
 
-#define MOE_EP_CUDA_CHECK(expr)                                                            \
-  do {                                                                                     \
-    const cudaError_t moe_ep_status_ = (expr);                                             \
-    if (moe_ep_status_ != cudaSuccess) {                                                   \
-      throw ::moe_ep::CudaError(::moe_ep::detail::concat(#expr, " failed: ",               \
-                                                         cudaGetErrorString(moe_ep_status_), \
-                                                         " (", __FILE__, ":", __LINE__, ")")); \
-    }                                                                                      \
+#define MOE_EP_CUDA_CHECK(expr)                                                                  \
+  do {                                                                                           \
+    const cudaError_t moe_ep_status_ = (expr);                                                   \
+    if (moe_ep_status_ != cudaSuccess) {                                                         \
+      throw ::moe_ep::CudaError(                                                                 \
+          ::moe_ep::detail::concat(#expr, " failed: ", cudaGetErrorString(moe_ep_status_), " (", \
+                                   __FILE__, ":", __LINE__, ")"));                               \
+    }                                                                                            \
   } while (0)
 
-#define MOE_EP_NCCL_CHECK(expr)                                                             \
-  do {                                                                                      \
-    const ncclResult_t moe_ep_status_ = (expr);                                             \
-    if (moe_ep_status_ != ncclSuccess) {                                                    \
-      throw ::moe_ep::NcclError(::moe_ep::detail::concat(#expr, " failed: ",                \
-                                                         ncclGetErrorString(moe_ep_status_), \
-                                                         " (", __FILE__, ":", __LINE__, ")")); \
-    }                                                                                       \
+#define MOE_EP_NCCL_CHECK(expr)                                                                  \
+  do {                                                                                           \
+    const ncclResult_t moe_ep_status_ = (expr);                                                  \
+    if (moe_ep_status_ != ncclSuccess) {                                                         \
+      throw ::moe_ep::NcclError(                                                                 \
+          ::moe_ep::detail::concat(#expr, " failed: ", ncclGetErrorString(moe_ep_status_), " (", \
+                                   __FILE__, ":", __LINE__, ")"));                               \
+    }                                                                                            \
   } while (0)
 
 namespace moe_ep::cuda_backend {

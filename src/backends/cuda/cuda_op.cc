@@ -32,9 +32,9 @@ struct HostShared {
 struct Fingerprint {
   int64_t values[8];
 };
-constexpr const char* kFingerprintFields[8] = {"world_size",     "num_experts",  "hidden",
-                                               "topk",           "max_tokens_per_rank",
-                                               "dispatch_dtype", "combine_dtype", "instance_id"};
+constexpr const char* kFingerprintFields[8] = {
+    "world_size",          "num_experts",    "hidden",        "topk",
+    "max_tokens_per_rank", "dispatch_dtype", "combine_dtype", "instance_id"};
 
 ScalarType payload_scalar(DispatchDtype dtype) {
   switch (dtype) {
@@ -75,21 +75,21 @@ class CudaOp final : public Op {
   int device_;
   int num_blocks_ = 0;
   BufferLayout layout_;
-  void* buffer_ = nullptr;         // symmetric, layout_.total_bytes()
+  void* buffer_ = nullptr;  // symmetric, layout_.total_bytes()
   ncclWindow_t window_ = nullptr;
   PeerTable peers_{};
-  int32_t* pos_ = nullptr;         // [W, max_tokens]
-  int32_t* send_offset_ = nullptr; // [W]
+  int32_t* pos_ = nullptr;                // [W, max_tokens]
+  int32_t* send_offset_ = nullptr;        // [W]
   int32_t* recv_expert_count_ = nullptr;  // [E / W]
   unsigned int* counters_ = nullptr;      // [2]: dispatch, combine block counters
   int32_t* error_flag_ = nullptr;         // device copy of the error code (ErrorSink::flag)
   cudaEvent_t notified_ = nullptr;        // recorded after notify: num_recv is then known
-  HostShared* host_ = nullptr;     // mapped
-  HostShared* host_dev_ = nullptr; // device alias of host_
-  uint64_t seq_ = 0;               // dispatch calls so far
+  HostShared* host_ = nullptr;            // mapped
+  HostShared* host_dev_ = nullptr;        // device alias of host_
+  uint64_t seq_ = 0;                      // dispatch calls so far
   bool combined_ = false;
   Handle last_{};
-  std::string poisoned_;           // first poisoning error, empty while usable
+  std::string poisoned_;  // first poisoning error, empty while usable
 };
 
 CudaOp::CudaOp(std::shared_ptr<NcclCommunicator> comm, const OpConfig& config)
@@ -104,8 +104,8 @@ CudaOp::CudaOp(std::shared_ptr<NcclCommunicator> comm, const OpConfig& config)
   layout_.max_tokens = config.max_tokens_per_rank;
   layout_.dispatch_payload_bytes = payload_bytes(config.dispatch_dtype, config.hidden);
   layout_.dispatch_scale_bytes = scale_bytes(config.dispatch_dtype, config.hidden);
-  const int64_t combine_bytes =
-      payload_bytes(config.combine_dtype, config.hidden) + scale_bytes(config.combine_dtype, config.hidden);
+  const int64_t combine_bytes = payload_bytes(config.combine_dtype, config.hidden) +
+                                scale_bytes(config.combine_dtype, config.hidden);
   layout_.combine_row_bytes = (combine_bytes + 15) / 16 * 16;  // rows stay 16-byte aligned
 
   int sms = 0;
@@ -235,9 +235,9 @@ void CudaOp::raise_device_error(const char* call) {
   bool argument_error = true;
   switch (e.code) {
     case kDevBadExpert:
-      message = detail::concat("topk_idx[", e.token, "][", e.column, "]=", e.value,
-                               " is out of range: expert ids must be in [-1, ",
-                               config_.num_experts, ")");
+      message =
+          detail::concat("topk_idx[", e.token, "][", e.column, "]=", e.value,
+                         " is out of range: expert ids must be in [-1, ", config_.num_experts, ")");
       break;
     case kDevDupExpert:
       message = detail::concat("topk_idx[", e.token, "] names expert ", e.value, " twice (slots ",
@@ -296,22 +296,44 @@ DispatchResult CudaOp::dispatch(const DispatchArgs& args) {
   host_->num_recv = -1;
 
   try {
-    ValidateParams vp{info, args.topk_idx.ptr<int32_t>(),
+    ValidateParams vp{info,
+                      args.topk_idx.ptr<int32_t>(),
                       prequantized ? nullptr : args.x.ptr<uint16_t>(),
-                      args.topk_weights.ptr<float>(), static_cast<int32_t>(num_tokens),
-                      Knobs::get().validate, ErrorSink{&host_dev_->error, error_flag_}};
+                      args.topk_weights.ptr<float>(),
+                      static_cast<int32_t>(num_tokens),
+                      Knobs::get().validate,
+                      ErrorSink{&host_dev_->error, error_flag_}};
     MOE_EP_CUDA_CHECK(launch_validate(vp, stream));
-    NotifyParams np{info,   peers_,     layout_,       args.topk_idx.ptr<int32_t>(),
-                    static_cast<int32_t>(num_tokens), pos_, send_offset_, recv_expert_count_,
-                    &host_dev_->num_recv, seq, timeout_ns, ErrorSink{&host_dev_->error, error_flag_}};
+    NotifyParams np{info,
+                    peers_,
+                    layout_,
+                    args.topk_idx.ptr<int32_t>(),
+                    static_cast<int32_t>(num_tokens),
+                    pos_,
+                    send_offset_,
+                    recv_expert_count_,
+                    &host_dev_->num_recv,
+                    seq,
+                    timeout_ns,
+                    ErrorSink{&host_dev_->error, error_flag_}};
     MOE_EP_CUDA_CHECK(launch_notify(np, stream));
     MOE_EP_CUDA_CHECK(cudaEventRecord(notified_, stream));
     // The data kernel needs only device state (positions, offsets), so it is queued before the
     // host learns num_recv; it skips its work when notify reported an error.
-    DispatchParams dp{info, peers_, layout_, args.x.data, args.x_scales.data,
-                      args.topk_idx.ptr<int32_t>(), args.topk_weights.ptr<float>(),
-                      static_cast<int32_t>(num_tokens), pos_, send_offset_, &counters_[0], seq,
-                      timeout_ns, ErrorSink{&host_dev_->error, error_flag_}};
+    DispatchParams dp{info,
+                      peers_,
+                      layout_,
+                      args.x.data,
+                      args.x_scales.data,
+                      args.topk_idx.ptr<int32_t>(),
+                      args.topk_weights.ptr<float>(),
+                      static_cast<int32_t>(num_tokens),
+                      pos_,
+                      send_offset_,
+                      &counters_[0],
+                      seq,
+                      timeout_ns,
+                      ErrorSink{&host_dev_->error, error_flag_}};
     MOE_EP_CUDA_CHECK(
         launch_dispatch(config_.dispatch_dtype, prequantized, dp, num_blocks_, stream));
     MOE_EP_CUDA_CHECK(cudaEventSynchronize(notified_));  // bounded: device waits time out
@@ -346,13 +368,13 @@ DispatchResult CudaOp::dispatch(const DispatchArgs& args) {
   }
   r.recv_topk_idx = TensorView::matrix(self + layout_.recv_topk_idx_offset(0), ScalarType::kInt32,
                                        num_recv, config_.topk, cuda, device_);
-  r.recv_topk_weights = TensorView::matrix(self + layout_.recv_topk_weights_offset(0),
-                                           ScalarType::kFloat32, num_recv, config_.topk, cuda,
-                                           device_);
+  r.recv_topk_weights =
+      TensorView::matrix(self + layout_.recv_topk_weights_offset(0), ScalarType::kFloat32, num_recv,
+                         config_.topk, cuda, device_);
   r.recv_src_rank = TensorView::vector(self + layout_.recv_src_rank_offset(0), ScalarType::kInt32,
                                        num_recv, cuda, device_);
-  r.recv_src_token = TensorView::vector(self + layout_.recv_src_token_offset(0),
-                                        ScalarType::kInt32, num_recv, cuda, device_);
+  r.recv_src_token = TensorView::vector(self + layout_.recv_src_token_offset(0), ScalarType::kInt32,
+                                        num_recv, cuda, device_);
   r.recv_count_per_local_expert = TensorView::vector(recv_expert_count_, ScalarType::kInt32,
                                                      layout_.local_experts, cuda, device_);
   return r;

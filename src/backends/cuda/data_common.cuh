@@ -5,8 +5,8 @@
 #include <cstdint>
 
 #include "backends/cuda/common.cuh"
-#include "backends/cuda/launch.h"
 #include "backends/cuda/lane_codec.cuh"
+#include "backends/cuda/launch.h"
 
 namespace moe_ep::cuda_backend {
 

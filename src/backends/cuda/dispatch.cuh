@@ -78,8 +78,8 @@ __device__ __forceinline__ void send_encoded(const DispatchParams& p, const Recv
 
 // Sender role, pre-quantized payload and scales: 16-byte copies of the payload, byte copies of
 // the scales (a few dozen bytes per row).
-__device__ __forceinline__ void send_bytes(const DispatchParams& p, const RecvFields& f,
-                                           int64_t t, const TokenRoutes& routes, int lane) {
+__device__ __forceinline__ void send_bytes(const DispatchParams& p, const RecvFields& f, int64_t t,
+                                           const TokenRoutes& routes, int lane) {
   const int64_t payload = p.layout.dispatch_payload_bytes;
   const int64_t scale_bytes = p.layout.dispatch_scale_bytes;
   const auto* src = reinterpret_cast<const uint4*>(static_cast<const char*>(p.x) + t * payload);
@@ -141,8 +141,8 @@ __global__ void dispatch_wait_kernel(DispatchParams p) {
   if (block_sees_error(p.err)) return;
   const int src = threadIdx.x;
   if (src >= p.info.world_size) return;
-  const auto* flag = reinterpret_cast<const uint64_t*>(p.peers.base[p.info.rank] +
-                                                       p.layout.done_offset(0, src));
+  const auto* flag =
+      reinterpret_cast<const uint64_t*>(p.peers.base[p.info.rank] + p.layout.done_offset(0, src));
   uint64_t word = 0;
   wait_tagged(flag, 0, p.seq, p.timeout_ns, p.err, kPhaseDispatchWait, p.info.rank, src, &word);
 }

@@ -59,7 +59,8 @@ __device__ __forceinline__ LaneWord<F> lane_encode(const uint4& v, typename F::P
   } else if constexpr (F::kElemsPerByte == 1) {
     uint32_t lo = 0, hi = 0;
 #pragma unroll
-    for (int j = 0; j < 4; ++j) lo |= static_cast<uint32_t>(F::encode(lane_elem(v, j), p)) << (8 * j);
+    for (int j = 0; j < 4; ++j)
+      lo |= static_cast<uint32_t>(F::encode(lane_elem(v, j), p)) << (8 * j);
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       hi |= static_cast<uint32_t>(F::encode(lane_elem(v, 4 + j), p)) << (8 * j);

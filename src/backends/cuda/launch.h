@@ -33,9 +33,9 @@ struct RankInfo {
 // the weights for non-finite values. Reports into the error word.
 struct ValidateParams {
   RankInfo info;
-  const int32_t* topk_idx;      // [T, K]
-  const uint16_t* x_bf16;       // [T, H] or nullptr (pre-quantized x is not scanned)
-  const float* topk_weights;    // [T, K]
+  const int32_t* topk_idx;    // [T, K]
+  const uint16_t* x_bf16;     // [T, H] or nullptr (pre-quantized x is not scanned)
+  const float* topk_weights;  // [T, K]
   int32_t num_tokens;
   bool validate;
   ErrorSink err;
@@ -46,12 +46,12 @@ struct NotifyParams {
   RankInfo info;
   PeerTable peers;
   BufferLayout layout;
-  const int32_t* topk_idx;      // [T, K]
+  const int32_t* topk_idx;  // [T, K]
   int32_t num_tokens;
-  int32_t* pos;                 // [W, max_tokens]: row of token t among those sent to d, or -1
-  int32_t* send_offset;         // [W]: first row of this rank's block in destination d
-  int32_t* recv_expert_count;   // [E / W]
-  int64_t* host_num_recv;       // mapped host memory
+  int32_t* pos;                // [W, max_tokens]: row of token t among those sent to d, or -1
+  int32_t* send_offset;        // [W]: first row of this rank's block in destination d
+  int32_t* recv_expert_count;  // [E / W]
+  int64_t* host_num_recv;      // mapped host memory
   uint64_t seq;
   uint64_t timeout_ns;
   ErrorSink err;
@@ -61,13 +61,13 @@ struct DispatchParams {
   RankInfo info;
   PeerTable peers;
   BufferLayout layout;
-  const void* x;                // [T, H] bf16, or pre-quantized payload [T, payload_bytes]
-  const void* x_scales;         // pre-quantized scales [T, scale_bytes] or nullptr
-  const int32_t* topk_idx;      // [T, K]
-  const float* topk_weights;    // [T, K]
+  const void* x;              // [T, H] bf16, or pre-quantized payload [T, payload_bytes]
+  const void* x_scales;       // pre-quantized scales [T, scale_bytes] or nullptr
+  const int32_t* topk_idx;    // [T, K]
+  const float* topk_weights;  // [T, K]
   int32_t num_tokens;
-  const int32_t* pos;           // [W, max_tokens]
-  const int32_t* send_offset;   // [W]
+  const int32_t* pos;          // [W, max_tokens]
+  const int32_t* send_offset;  // [W]
   unsigned int* block_counter;
   uint64_t seq;
   uint64_t timeout_ns;
@@ -78,11 +78,11 @@ struct CombineParams {
   RankInfo info;
   PeerTable peers;
   BufferLayout layout;
-  const uint16_t* y;            // [R, H] bf16
+  const uint16_t* y;  // [R, H] bf16
   int64_t num_recv;
-  uint16_t* out;                // [T, H] bf16
+  uint16_t* out;  // [T, H] bf16
   int32_t num_tokens;
-  const int32_t* pos;           // [W, max_tokens] from the matching dispatch
+  const int32_t* pos;  // [W, max_tokens] from the matching dispatch
   unsigned int* block_counter;
   uint64_t seq;
   uint64_t timeout_ns;

@@ -27,8 +27,8 @@ uint64_t fresh_group_id() {
   static std::atomic<uint64_t> counter{0};
   std::random_device rd;
   const uint64_t salt = (static_cast<uint64_t>(rd()) << 32) ^ rd();
-  return salt ^ (++counter) ^ static_cast<uint64_t>(
-                                  std::chrono::steady_clock::now().time_since_epoch().count());
+  return salt ^ (++counter) ^
+         static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
 }
 
 }  // namespace
@@ -81,7 +81,8 @@ std::vector<std::shared_ptr<Communicator>> make_local_nccl_communicators(
                      count, " visible)");
   }
   std::vector<ncclComm_t> comms(devices.size());
-  MOE_EP_NCCL_CHECK(ncclCommInitAll(comms.data(), static_cast<int>(devices.size()), devices.data()));
+  MOE_EP_NCCL_CHECK(
+      ncclCommInitAll(comms.data(), static_cast<int>(devices.size()), devices.data()));
   const uint64_t id = cuda_backend::fresh_group_id();
   std::vector<std::shared_ptr<Communicator>> out;
   for (size_t i = 0; i < devices.size(); ++i) {

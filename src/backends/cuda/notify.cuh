@@ -43,8 +43,8 @@ __global__ void validate_kernel(ValidateParams p) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     if (!formats::is_finite(formats::bf16_to_float(p.x_bf16[i]))) {
-      report_error(p.err, kDevNonfiniteX, 0, info.rank, -1, 0, 0, i / info.hidden,
-                   i % info.hidden, 0);
+      report_error(p.err, kDevNonfiniteX, 0, info.rank, -1, 0, 0, i / info.hidden, i % info.hidden,
+                   0);
     }
   }
 }
@@ -85,13 +85,13 @@ __device__ void notify_send(const NotifyParams& p, int dest, int* expert_count) 
   const uint64_t count_word = tag | (rejected ? kRejectedCount : static_cast<uint32_t>(running));
   const int parity = static_cast<int>(p.seq & 1);
   for (int peer = threadIdx.x; peer < info.world_size; peer += blockDim.x) {
-    st_relaxed_sys(reinterpret_cast<uint64_t*>(
-                       p.peers.base[peer] + p.layout.counts_offset(parity, info.rank, dest)),
+    st_relaxed_sys(reinterpret_cast<uint64_t*>(p.peers.base[peer] +
+                                               p.layout.counts_offset(parity, info.rank, dest)),
                    count_word);
   }
   for (int e = threadIdx.x; e < info.experts_per_rank; e += blockDim.x) {
-    st_relaxed_sys(reinterpret_cast<uint64_t*>(
-                       p.peers.base[dest] + p.layout.experts_offset(parity, info.rank, e)),
+    st_relaxed_sys(reinterpret_cast<uint64_t*>(p.peers.base[dest] +
+                                               p.layout.experts_offset(parity, info.rank, e)),
                    tag | static_cast<uint32_t>(expert_count[e]));
   }
 }
@@ -110,7 +110,8 @@ __device__ void notify_receive(const NotifyParams& p, int* counts /* [W*W] */) {
     uint64_t word = 0;
     const auto* flag =
         reinterpret_cast<const uint64_t*>(self + p.layout.counts_offset(parity, src, dst));
-    if (!wait_tagged<false>(flag, 32, p.seq, p.timeout_ns, p.err, kPhaseNotify, info.rank, src, &word)) {
+    if (!wait_tagged<false>(flag, 32, p.seq, p.timeout_ns, p.err, kPhaseNotify, info.rank, src,
+                            &word)) {
       counts[i] = 0;
       continue;
     }
@@ -130,7 +131,8 @@ __device__ void notify_receive(const NotifyParams& p, int* counts /* [W*W] */) {
       uint64_t word = 0;
       const auto* flag =
           reinterpret_cast<const uint64_t*>(self + p.layout.experts_offset(parity, src, e));
-      if (wait_tagged<false>(flag, 32, p.seq, p.timeout_ns, p.err, kPhaseNotify, info.rank, src, &word)) {
+      if (wait_tagged<false>(flag, 32, p.seq, p.timeout_ns, p.err, kPhaseNotify, info.rank, src,
+                             &word)) {
         total += static_cast<int>(static_cast<uint32_t>(word));
       }
     }

@@ -8,9 +8,10 @@ namespace moe_ep::cuda_backend {
 // hidden 7168 bf16 is 14 KB, so 16 warps keep ~224 KB of loads in flight per SM.
 inline constexpr int kDataThreads = 512;
 inline constexpr int kWarpsPerDataBlock = kDataThreads / 32;
-// Default number of blocks for the data kernels: one per SM (132 on H200); MOE_EP_NUM_SMS
-// overrides. More blocks than SMs only add tail effects for a persistent loop.
-inline constexpr int kDefaultBlocksPerSm = 1;
+// Default number of blocks for the data kernels: two per SM (264 on H200); MOE_EP_NUM_SMS
+// overrides. Measured on 2 x H200 (docs/perf-notes.md, v4): 264 blocks vs 132 took mxfp4
+// dispatch from 143 to 116 us and fp8 direct-cast combine from 208 to 185 us, others equal.
+inline constexpr int kDefaultBlocksPerSm = 2;
 // Notify kernel: one block per destination rank, scanning the tokens 1024 at a time.
 inline constexpr int kNotifyThreads = 1024;
 // Elements one lane moves per step: one 16-byte vector of bf16.
