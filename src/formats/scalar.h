@@ -80,34 +80,22 @@ MOE_EP_HD float e4m3_to_float(uint8_t q) {
   return bits_float(sign | ((exp + 120u) << 23) | (man << 20));
 }
 
-// OCP e2m1, round to nearest even, saturating at +-6. The caller never passes NaN.
-// The same rounding by comparisons with the midpoints of the e2m1 grid (ties go to the even
-// code). sm_90 has no e2m1 conversion instruction, and the header's emulation is ~4x slower
+// OCP e2m1, round to nearest even, saturating at +-6, by comparisons with the midpoints of the
+// e2m1 grid (ties go to the even code). sm_90 has no e2m1 conversion instruction, and the header's emulation is ~4x slower
 // than this in the dispatch kernel; tests/test_gpu_formats.cu checks on the GPU that the two
 // agree on all 2^32 float bit patterns.
 MOE_EP_HD uint8_t e2m1_rne_by_midpoints(float x) {
   const float a = abs_f(x);
   const uint32_t sign = (float_bits(x) >> 28) & 0x8u;
-  uint32_t code;
-  if (a <= 0.25f)
-    code = 0;  // tie 0 / 0.5 -> 0
-  else if (a < 0.75f)
-    code = 1;  // tie 0.5 / 1 -> 1 (code 2)
-  else if (a <= 1.25f)
-    code = 2;  // tie 1 / 1.5 -> 1
-  else if (a < 1.75f)
-    code = 3;  // tie 1.5 / 2 -> 2 (code 4)
-  else if (a <= 2.5f)
-    code = 4;  // tie 2 / 3 -> 2
-  else if (a < 3.5f)
-    code = 5;  // tie 3 / 4 -> 4 (code 6)
-  else if (a <= 5.0f)
-    code = 6;  // tie 4 / 6 -> 4
-  else
-    code = 7;  // saturate at 6
+  // Branch-free: count the midpoints below |x|. Strict > where the tie goes down to the even
+  // code (0.25 -> 0, 1.25 -> 1, 2.5 -> 2, 5 -> 4), >= where it goes up (0.75 -> 1, 1.75 -> 2,
+  // 3.5 -> 4). Above 5 everything saturates to code 7 (6.0), Inf included.
+  const uint32_t code = (a > 0.25f) + (a >= 0.75f) + (a > 1.25f) + (a >= 1.75f) + (a > 2.5f) +
+                        (a >= 3.5f) + (a > 5.0f);
   return static_cast<uint8_t>(sign | code);
 }
 
+// The CUDA header's conversion: the definition of e2m1 rounding that both paths must match.
 MOE_EP_HD uint8_t e2m1_rne_by_header(float x) {
   return static_cast<uint8_t>(__nv_cvt_float_to_fp4(x, __NV_E2M1, cudaRoundNearest)) & 0xf;
 }
