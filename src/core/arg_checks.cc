@@ -1,79 +1,123 @@
 // Host checks of dispatch and combine arguments; see arg_checks.h.
 #include "core/arg_checks.h"
 
+#include <string>
+
 #include "core/check.h"
 
 namespace moe_ep {
 namespace {
 
-const char* device_name(DeviceType type) { return type == DeviceType::kCpu ? "cpu" : "cuda"; }
+std::string device_name(ArgDevice device) {
+  return device.type == DeviceType::kCpu ? "cpu" : "cuda:" + std::to_string(device.index);
+}
 
-void check_tensor(const char* name, const TensorView& t, ScalarType dtype, int64_t rows,
-                  int64_t cols, int ndim, ArgDevice device) {
-  MOE_EP_CHECK_ARG(t.defined(), name, " is undefined: expected ", to_string(dtype), "[", rows,
-                   ndim == 2 ? ", " + std::to_string(cols) : std::string(), "]");
-  MOE_EP_CHECK_ARG(t.dtype == dtype, name, " has dtype ", to_string(t.dtype), ": expected ",
-                   to_string(dtype));
-  MOE_EP_CHECK_ARG(t.ndim == ndim, name, " has ", t.ndim, " dimensions: expected ", ndim);
-  MOE_EP_CHECK_ARG(t.rows() == rows, name, " has ", t.rows(), " rows: expected ", rows);
-  MOE_EP_CHECK_ARG(ndim == 1 || t.cols() == cols, name, " has ", t.cols(), " columns: expected ",
-                   cols);
-  MOE_EP_CHECK_ARG(t.device == device.type &&
-                       (device.type == DeviceType::kCpu || t.device_index == device.index),
-                   name, " is on ", t.describe(), ": this op runs on ", device_name(device.type),
-                   device.type == DeviceType::kCuda ? ":" + std::to_string(device.index) : "");
-  MOE_EP_CHECK_ARG(rows * cols == 0 || t.data != nullptr, name, " is null with ", rows * cols,
-                   " elements");
+// The pre-quantized forms of x a dispatch dtype accepts: payload dtype and columns, scale dtype.
+struct QuantizedInput {
+  ScalarType payload;
+  int64_t payload_cols;
+  ScalarType scales;
+};
+
+bool quantized_input(DispatchDtype dtype, int64_t hidden, QuantizedInput* out) {
+  switch (dtype) {
+    case DispatchDtype::bf16: return false;
+    case DispatchDtype::fp8:
+      *out = {ScalarType::kFloat8E4M3, hidden, ScalarType::kFloat32};
+      return true;
+    case DispatchDtype::fp4:
+      *out = {ScalarType::kFloat4E2M1, hidden / 2, ScalarType::kFloat8E8M0};
+      return true;
+  }
+  return false;
+}
+
+void check_device(const char* name, const TensorView& t, ArgDevice device) {
+  const bool same = t.device == device.type &&
+                    (device.type == DeviceType::kCpu || t.device_index == device.index);
+  MOE_EP_CHECK_ARG(same, name, "=", t.describe(), " is not on ", device_name(device),
+                   "; this op takes tensors on ", device_name(device));
 }
 
 }  // namespace
 
-int64_t check_dispatch_args(const OpConfig& config, const DispatchArgs& args, ArgDevice device,
-                            bool* prequantized) {
-  MOE_EP_CHECK_ARG(args.x.defined() && args.x.ndim == 2, "x must be a 2-D tensor [num_tokens, ",
-                   "hidden]; got ", args.x.describe());
-  const int64_t num_tokens = args.x.rows();
-  MOE_EP_CHECK_ARG(num_tokens <= config.max_tokens_per_rank, "num_tokens=", num_tokens,
-                   " exceeds max_tokens_per_rank=", config.max_tokens_per_rank);
-  const int64_t hidden = config.hidden;
-  *prequantized = args.x.dtype != ScalarType::kBFloat16;
-  if (!*prequantized) {
-    check_tensor("x", args.x, ScalarType::kBFloat16, num_tokens, hidden, 2, device);
-    MOE_EP_CHECK_ARG(!args.x_scales.defined(), "x_scales is given with bf16 x: scales go only ",
-                     "with pre-quantized x");
-  } else {
-    switch (config.dispatch_dtype) {
-      case DispatchDtype::fp8:
-        check_tensor("x", args.x, ScalarType::kFloat8E4M3, num_tokens, hidden, 2, device);
-        check_tensor("x_scales", args.x_scales, ScalarType::kFloat32, num_tokens,
-                     scale_dim(config.dispatch_dtype, hidden), 2, device);
-        break;
-      case DispatchDtype::fp4:
-        check_tensor("x", args.x, ScalarType::kFloat4E2M1, num_tokens, hidden / 2, 2, device);
-        check_tensor("x_scales", args.x_scales, ScalarType::kFloat8E8M0, num_tokens,
-                     scale_dim(config.dispatch_dtype, hidden), 2, device);
-        break;
-      case DispatchDtype::bf16:
-        MOE_EP_CHECK_ARG(false, "x has dtype ", to_string(args.x.dtype),
-                         ": the dispatch dtype is bfloat16, which takes bf16 x only");
-    }
-  }
-  check_tensor("topk_idx", args.topk_idx, ScalarType::kInt32, num_tokens, config.topk, 2, device);
-  check_tensor("topk_weights", args.topk_weights, ScalarType::kFloat32, num_tokens, config.topk, 2,
-               device);
-  return num_tokens;
+void check_matrix(const char* name, const TensorView& t, ScalarType dtype, int64_t rows,
+                  const char* rows_what, int64_t cols, const char* cols_what, ArgDevice device) {
+  MOE_EP_CHECK_ARG(t.defined(), name, " is undefined; expected ", to_string(dtype), "[", rows, ", ",
+                   cols, "]");
+  check_device(name, t, device);
+  MOE_EP_CHECK_ARG(t.dtype == dtype, name, " has dtype ", to_string(t.dtype), ", expected ",
+                   to_string(dtype));
+  MOE_EP_CHECK_ARG(t.ndim == 2, name, "=", t.describe(), " must be 2-D");
+  MOE_EP_CHECK_ARG(t.rows() == rows, name, " has ", t.rows(), " rows, expected ", rows, " (",
+                   rows_what, ")");
+  MOE_EP_CHECK_ARG(t.cols() == cols, name, " has ", t.cols(), " columns, expected ", cols, " (",
+                   cols_what, ")");
+  MOE_EP_CHECK_ARG(rows * cols == 0 || t.data != nullptr, name, " is a null pointer with ", rows,
+                   " rows");
 }
 
-void check_combine_args(const OpConfig& config, uint64_t op_uid, uint64_t last_seq,
-                        const Handle& handle, const TensorView& y, const TensorView& out,
-                        ArgDevice device) {
-  MOE_EP_CHECK_ARG(handle.op_uid == op_uid, "handle belongs to op ", handle.op_uid,
-                   ", not to this op ", op_uid, ": pass the handle of this op's dispatch");
-  MOE_EP_CHECK_ARG(handle.call_seq == last_seq, "handle is from dispatch call ", handle.call_seq,
-                   " of this op, but the latest dispatch is call ", last_seq,
-                   ": combine needs the handle of the latest dispatch");
-  check_tensor("y", y, ScalarType::kBFloat16, handle.num_recv, config.hidden, 2, device);
-  check_tensor("out", out, ScalarType::kBFloat16, handle.num_tokens, config.hidden, 2, device);
+int64_t check_dispatch_args(const OpConfig& config, const DispatchArgs& args, ArgDevice device,
+                            bool* prequantized) {
+  const int64_t h = config.hidden;
+  const int k = config.topk;
+  const TensorView& x = args.x;
+  MOE_EP_CHECK_ARG(x.defined(), "x is undefined; expected bf16[num_tokens, ", h, "]");
+  check_device("x", x, device);
+  MOE_EP_CHECK_ARG(x.ndim == 2, "x=", x.describe(), " must be 2-D [num_tokens, hidden]");
+  const int64_t t = x.rows();
+  MOE_EP_CHECK_ARG(t >= 0, "num_tokens=", t, " must be >= 0");
+  MOE_EP_CHECK_ARG(t <= config.max_tokens_per_rank, "num_tokens=", t,
+                   " exceeds max_tokens_per_rank=", config.max_tokens_per_rank);
+
+  QuantizedInput q{};
+  const bool can_prequantize = quantized_input(config.dispatch_dtype, h, &q);
+  *prequantized = false;
+  if (x.dtype == ScalarType::kBFloat16) {
+    check_matrix("x", x, ScalarType::kBFloat16, t, "num_tokens", h, "hidden", device);
+    MOE_EP_CHECK_ARG(!args.x_scales.defined(), "x_scales=", args.x_scales.describe(),
+                     " must be undefined when x is bf16 (the op quantizes x itself)");
+  } else if (can_prequantize && x.dtype == q.payload) {
+    *prequantized = true;
+    check_matrix("x", x, q.payload, t, "num_tokens", q.payload_cols,
+                 q.payload_cols == h ? "hidden" : "hidden / 2", device);
+    const int64_t scale_cols = scale_dim(config.dispatch_dtype, h);
+    check_matrix("x_scales", args.x_scales, q.scales, t, "num_tokens of x", scale_cols,
+                 q.scales == ScalarType::kFloat32 ? "hidden / 128" : "hidden / 32", device);
+  } else {
+    std::string accepted = "bf16";
+    if (can_prequantize) {
+      accepted += detail::concat(" or pre-quantized ", to_string(q.payload), " with ",
+                                 to_string(q.scales), " x_scales");
+    }
+    MOE_EP_CHECK_ARG(false, "x has dtype ", to_string(x.dtype), "; dispatch dtype ",
+                     to_string(config.dispatch_dtype), " takes ", accepted);
+  }
+  check_matrix("topk_idx", args.topk_idx, ScalarType::kInt32, t, "num_tokens of x", k, "topk",
+               device);
+  check_matrix("topk_weights", args.topk_weights, ScalarType::kFloat32, t, "num_tokens of x", k,
+               "topk", device);
+  return t;
+}
+
+void check_combine_args(const OpConfig& config, const Handle& latest, const Handle& handle,
+                        const TensorView& y, const TensorView& out, ArgDevice device) {
+  MOE_EP_CHECK_ARG(handle.op_uid == latest.op_uid, "handle belongs to op uid ", handle.op_uid,
+                   ", not to this op (uid ", latest.op_uid, ")");
+  MOE_EP_CHECK_ARG(latest.call_seq > 0, "handle.call_seq=", handle.call_seq, " but op uid ",
+                   latest.op_uid, " has not dispatched yet");
+  MOE_EP_CHECK_ARG(handle.call_seq == latest.call_seq, "handle is from dispatch call ",
+                   handle.call_seq, " of op uid ", latest.op_uid,
+                   ", but the latest dispatch is call ", latest.call_seq,
+                   "; combine takes the handle of the latest dispatch");
+  MOE_EP_CHECK_ARG(handle.num_tokens == latest.num_tokens && handle.num_recv == latest.num_recv,
+                   "handle has num_tokens=", handle.num_tokens, ", num_recv=", handle.num_recv,
+                   " but dispatch call ", latest.call_seq, " had num_tokens=", latest.num_tokens,
+                   ", num_recv=", latest.num_recv);
+  check_matrix("y", y, ScalarType::kBFloat16, handle.num_recv, "handle.num_recv", config.hidden,
+               "hidden", device);
+  check_matrix("out", out, ScalarType::kBFloat16, handle.num_tokens, "handle.num_tokens",
+               config.hidden, "hidden", device);
 }
 
 }  // namespace moe_ep

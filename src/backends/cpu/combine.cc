@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "backends/cpu/cpu_op.h"
-#include "backends/cpu/tensor_checks.h"
+#include "core/arg_checks.h"
 #include "core/check.h"
 #include "formats/codecs.h"
 
@@ -16,21 +16,8 @@ namespace moe_ep::cpu_backend {
 // Throws InvalidArgument (without the "combine: " prefix, which the verdict adds).
 void CpuOp::check_combine_args(const Handle& handle, const TensorView& y,
                                const TensorView& out) const {
-  MOE_EP_CHECK_ARG(handle.op_uid == uid_, "handle belongs to op uid ", handle.op_uid,
-                   ", not to this op (uid ", uid_, ")");
-  MOE_EP_CHECK_ARG(call_seq_ > 0, "handle.call_seq=", handle.call_seq, " but op uid ", uid_,
-                   " has not dispatched yet");
-  MOE_EP_CHECK_ARG(handle.call_seq == call_seq_, "handle is from dispatch call ", handle.call_seq,
-                   " of op uid ", uid_, ", but the latest dispatch is call ", call_seq_,
-                   "; combine takes the handle of the latest dispatch");
-  MOE_EP_CHECK_ARG(handle.num_tokens == num_tokens_ && handle.num_recv == num_recv_,
-                   "handle has num_tokens=", handle.num_tokens, ", num_recv=", handle.num_recv,
-                   " but dispatch call ", call_seq_, " had num_tokens=", num_tokens_,
-                   ", num_recv=", num_recv_);
-  check_matrix("y", y, ScalarType::kBFloat16, handle.num_recv, "handle.num_recv", config_.hidden,
-               "hidden");
-  check_matrix("out", out, ScalarType::kBFloat16, handle.num_tokens, "handle.num_tokens",
-               config_.hidden, "hidden");
+  const Handle latest{uid_, call_seq_, num_tokens_, num_recv_};
+  moe_ep::check_combine_args(config_, latest, handle, y, out, {DeviceType::kCpu, 0});
 }
 
 void CpuOp::combine(const Handle& handle, const TensorView& y, const TensorView& out,

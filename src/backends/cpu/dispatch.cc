@@ -7,33 +7,13 @@
 #include <cstring>
 
 #include "backends/cpu/cpu_op.h"
-#include "backends/cpu/tensor_checks.h"
+#include "core/arg_checks.h"
 #include "core/check.h"
 #include "formats/codecs.h"
 #include "moe_ep/config.h"
 
 namespace moe_ep::cpu_backend {
 namespace {
-
-// The pre-quantized forms of x a dispatch dtype accepts: payload dtype and columns, scale dtype.
-struct QuantizedInput {
-  ScalarType payload;
-  int64_t payload_cols;
-  ScalarType scales;
-};
-
-bool quantized_input(DispatchDtype dtype, int64_t hidden, QuantizedInput* out) {
-  switch (dtype) {
-    case DispatchDtype::bf16: return false;
-    case DispatchDtype::fp8:
-      *out = {ScalarType::kFloat8E4M3, hidden, ScalarType::kFloat32};
-      return true;
-    case DispatchDtype::fp4:
-      *out = {ScalarType::kFloat4E2M1, hidden / 2, ScalarType::kFloat8E8M0};
-      return true;
-  }
-  return false;
-}
 
 ScalarType recv_x_type(DispatchDtype dtype) {
   switch (dtype) {
@@ -51,46 +31,16 @@ void CpuOp::check_dispatch_args(const DispatchArgs& args, int64_t* num_tokens) c
   const int64_t h = config_.hidden;
   const int k = config_.topk;
   const TensorView& x = args.x;
-  MOE_EP_CHECK_ARG(x.defined(), "x is undefined; expected bf16[num_tokens, ", h, "]");
-  MOE_EP_CHECK_ARG(x.device == DeviceType::kCpu, "x=", x.describe(),
-                   " is not on cpu; the cpu backend takes host tensors");
-  MOE_EP_CHECK_ARG(x.ndim == 2, "x=", x.describe(), " must be 2-D [num_tokens, hidden]");
-  const int64_t t = x.rows();
-  MOE_EP_CHECK_ARG(t >= 0, "num_tokens=", t, " must be >= 0");
-  MOE_EP_CHECK_ARG(t <= config_.max_tokens_per_rank, "num_tokens=", t,
-                   " exceeds max_tokens_per_rank=", config_.max_tokens_per_rank);
-
-  QuantizedInput q{};
-  const bool can_prequantize = quantized_input(config_.dispatch_dtype, h, &q);
-  if (x.dtype == ScalarType::kBFloat16) {
-    check_matrix("x", x, ScalarType::kBFloat16, t, "num_tokens", h, "hidden");
-    MOE_EP_CHECK_ARG(!args.x_scales.defined(), "x_scales=", args.x_scales.describe(),
-                     " must be undefined when x is bf16 (the op quantizes x itself)");
-  } else if (can_prequantize && x.dtype == q.payload) {
-    check_matrix("x", x, q.payload, t, "num_tokens", q.payload_cols,
-                 q.payload_cols == h ? "hidden" : "hidden / 2");
-    const int64_t scale_cols = scale_dim(config_.dispatch_dtype, h);
-    check_matrix("x_scales", args.x_scales, q.scales, t, "num_tokens of x", scale_cols,
-                 q.scales == ScalarType::kFloat32 ? "hidden / 128" : "hidden / 32");
-  } else {
-    std::string accepted = "bf16";
-    if (can_prequantize) {
-      accepted += detail::concat(" or pre-quantized ", to_string(q.payload), " with ",
-                                 to_string(q.scales), " x_scales");
-    }
-    MOE_EP_CHECK_ARG(false, "x has dtype ", to_string(x.dtype), "; dispatch dtype ",
-                     to_string(config_.dispatch_dtype), " takes ", accepted);
-  }
-  check_matrix("topk_idx", args.topk_idx, ScalarType::kInt32, t, "num_tokens of x", k, "topk");
-  check_matrix("topk_weights", args.topk_weights, ScalarType::kFloat32, t, "num_tokens of x", k,
-               "topk");
+  bool prequantized = false;
+  const int64_t t =
+      moe_ep::check_dispatch_args(config_, args, {DeviceType::kCpu, 0}, &prequantized);
 
   // Data scans. The range check is cheap on the CPU and keeps routing safe, so it always runs.
   const bool validate = Knobs::get().validate;
   std::string bad = find_bad_topk(shape_, args.topk_idx.ptr<int32_t>(), t, validate);
   MOE_EP_CHECK_ARG(bad.empty(), bad);
   if (validate) {
-    if (x.dtype == ScalarType::kBFloat16) {
+    if (!prequantized) {
       bad = find_nonfinite_bf16("x", x.ptr<uint16_t>(), t, h);
       MOE_EP_CHECK_ARG(bad.empty(), bad);
     }

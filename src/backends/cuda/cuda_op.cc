@@ -94,6 +94,7 @@ class CudaOp final : public Op {
 
 CudaOp::CudaOp(std::shared_ptr<NcclCommunicator> comm, const OpConfig& config)
     : comm_(std::move(comm)), config_(config), uid_(g_next_uid++), device_(comm_->device()) {
+  last_.op_uid = uid_;  // no dispatch yet: call_seq 0
   const int world = comm_->size();
   MOE_EP_CHECK_ARG(world <= kMaxWorldSize, "world_size=", world,
                    " exceeds the CUDA backend's limit of ", kMaxWorldSize, " ranks");
@@ -385,7 +386,7 @@ void CudaOp::combine(const Handle& handle, const TensorView& y, const TensorView
   check_usable();
   DeviceGuard guard(device_);
   raise_device_error("combine");
-  check_combine_args(config_, uid_, seq_, handle, y, out, {DeviceType::kCuda, device_});
+  check_combine_args(config_, last_, handle, y, out, {DeviceType::kCuda, device_});
   MOE_EP_CHECK_ARG(!combined_, "handle of dispatch call ", handle.call_seq,
                    " was already combined: the CUDA backend combines each dispatch once");
   CombineParams cp{rank_info(),
