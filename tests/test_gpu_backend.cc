@@ -6,8 +6,11 @@
 // (or without the CUDA backend) every test skips with a message.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
+#include <functional>
 
+#include "moe_ep/config.h"
 #include "moe_ep/cuda.h"
 #include "testing/harness.h"
 
@@ -201,6 +204,50 @@ TEST(GpuBackend, RejectedInputFailsEveryRankAndOpStaysUsable) {
       << first[0];
   for (int r = 1; r < world; ++r) {
     EXPECT_NE(first[r].find("rank 0 rejected its input"), std::string::npos) << first[r];
+  }
+}
+
+// Validation mode (MOE_EP_VALIDATE=1, set by ctest for every test) on the GPU: a NaN in x, an
+// Inf in the weights and a duplicated expert are each reported with their position, on the rank
+// that has them, while the others learn that it rejected its input.
+TEST(GpuBackend, ValidationModeReportsNonfiniteAndDuplicates) {
+  MOE_EP_REQUIRE_GPU();
+  if (!Knobs::get().validate) GTEST_SKIP() << "needs MOE_EP_VALIDATE=1 (ctest sets it)";
+  const int world = cuda_device_count();
+  OpConfig config{16 * world, 512, 3, 8, DispatchDtype::fp4, CombineDtype::fp8, 0};
+  InputSpec spec{config, world, 0.0, -1, false};
+  const auto clean = make_inputs(spec, test_seed(), std::vector<int64_t>(world, 8));
+  struct Case {
+    std::function<void(RankInput&)> spoil;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {[](RankInput& in) { in.x[5 * in.hidden + 17] = 0x7fc0; }, "x[5][17] is not finite"},
+      {[](RankInput& in) { in.topk_weights[2 * in.topk + 1] = INFINITY; },
+       "topk_weights[2][1] is not finite"},
+      {[](RankInput& in) { in.topk_idx[4 * in.topk + 2] = in.topk_idx[4 * in.topk]; },
+       "topk_idx[4] names expert"},
+  };
+  auto comms = comms_for(world);
+  for (const Case& c : cases) {
+    auto inputs = clean;
+    c.spoil(inputs[world - 1]);
+    std::vector<std::string> messages(world);
+    const auto errors =
+        run_gpu_ranks(comms, [&](int rank, const std::shared_ptr<Communicator>& cm) {
+          auto op = create_op(cm, config);
+          DeviceInput in(inputs[rank], rank);
+          try {
+            op->dispatch(in.view);
+          } catch (const InvalidArgument& e) {
+            messages[rank] = e.what();
+          }
+        });
+    for (int r = 0; r < world; ++r) {
+      EXPECT_EQ(errors[r], "") << "rank " << r;
+      const std::string want = r == world - 1 ? c.message : "rejected its input";
+      EXPECT_NE(messages[r].find(want), std::string::npos) << "rank " << r << ": " << messages[r];
+    }
   }
 }
 
