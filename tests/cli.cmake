@@ -49,6 +49,9 @@ moe_ep_cli_ok(bench_hidden_2880_fp4_bf16 "# wrong: 0 OK" --
               --dispatch-dtype fp4 --combine-dtype bf16 --iters 1 --warmup 0)
 moe_ep_cli_ok(bench_no_check "# wrong: not checked" --
               ${MOE_EP_CLI} bench --ranks 2 --experts 4 --topk 2 --tokens 4 --no-check ${small})
+moe_ep_cli_ok(bench_baseline_none "# wrong: 0 OK" --
+              ${MOE_EP_CLI} bench --ranks 2 --experts 4 --topk 2 --tokens 4 --baseline none
+              ${small})
 
 add_test(NAME cli_bench_json
          COMMAND bash ${MOE_EP_CLI_DIR}/bench_json.sh ${MOE_EP_CLI}
@@ -88,6 +91,11 @@ moe_ep_cli_error(masked_fraction_range 2 "--masked-fraction=2" "[0, 1]" --
                  ${MOE_EP_CLI} bench --masked-fraction 2)
 moe_ep_cli_error(backend_unknown 2 "--backend=gpu" "auto|cpu|cuda" --
                  ${MOE_EP_CLI} bench --backend gpu)
+# --baseline nccl times NCCL on the GPUs: with the cpu backend it is a bad argument.
+moe_ep_cli_error(baseline_nccl_cpu 2 "--baseline=nccl" "--backend cuda" "cpu" --
+                 ${MOE_EP_CLI} bench --baseline nccl --backend cpu)
+moe_ep_cli_error(baseline_unknown 2 "--baseline=bogus" "none|nccl" --
+                 ${MOE_EP_CLI} bench --baseline bogus)
 moe_ep_cli_error(unknown_option 2 "--bogus" -- ${MOE_EP_CLI} bench --bogus)
 moe_ep_cli_error(no_command 2 "subcommand" -- ${MOE_EP_CLI})
 moe_ep_cli_error(config_env_bogus 2 "MOE_EP_DISPATCH_DTYPE" "bogus" --

@@ -1,6 +1,7 @@
 // The backend factory of `moe-ep bench` and the fallback device count: without the CUDA bench
 // backend (bench_backend_cuda.cc) no GPU is usable by the tool, so cuda_device_count() is a weak
-// definition returning 0 that the CUDA file's strong definition replaces.
+// definition returning 0 that the CUDA file's strong definition replaces. Also the defaults of the
+// NCCL baseline methods for backends without it.
 #include "bench_backend.h"
 
 #include "moe_ep/errors.h"
@@ -8,6 +9,17 @@
 namespace moe_ep::cli {
 
 __attribute__((weak)) int cuda_device_count() { return 0; }
+
+void BenchBackend::enable_nccl_baseline() {
+  throw Internal(std::string("bench: the ") + to_string(kind()) + " backend has no NCCL baseline");
+}
+void BenchBackend::nccl_reserve(int, int64_t, int64_t) {
+  throw Internal("bench: nccl_reserve on a backend without the NCCL baseline");
+}
+double BenchBackend::nccl_alltoallv_us(int, const std::vector<int64_t>&,
+                                       const std::vector<int64_t>&) {
+  throw Internal("bench: nccl_alltoallv_us on a backend without the NCCL baseline");
+}
 
 std::unique_ptr<BenchBackend> make_bench_backend(Backend kind) {
   switch (kind) {

@@ -76,6 +76,23 @@ class BenchBackend {
   // %floor column (CUDA: the NVLink bandwidth of the device); nullopt when there is none (CPU).
   // Valid after communicators().
   virtual std::optional<double> link_floor_gbps() const = 0;
+
+  // The NCCL all-to-allv baseline of --baseline nccl (docs/bench.md). A backend that supports it
+  // (CUDA) sets up its own NCCL communicators, separate from the op's, in communicators(). The
+  // defaults (CPU) support nothing: the calls below throw Internal.
+  virtual bool supports_nccl_baseline() const { return false; }
+  // Main thread, before communicators().
+  virtual void enable_nccl_baseline();
+  // Rank thread: grows the rank's baseline send and receive buffers to at least these sizes
+  // (bytes), outside any timed region, before the barriered iterations of the baseline.
+  virtual void nccl_reserve(int rank, int64_t send_bytes, int64_t recv_bytes);
+  // Rank thread, all ranks concurrently (each right after the same barrier): one all-to-allv on
+  // stream(rank), send_bytes[p] bytes to rank p and recv_bytes[p] bytes from rank p, self
+  // included, as ncclSend/ncclRecv of ncclUint8 in one group. send_bytes[p] of rank r must equal
+  // recv_bytes[r] of rank p. Returns its time in microseconds (events around the group), after
+  // waiting for it (bounded by MOE_EP_TIMEOUT_S).
+  virtual double nccl_alltoallv_us(int rank, const std::vector<int64_t>& send_bytes,
+                                   const std::vector<int64_t>& recv_bytes);
 };
 
 std::unique_ptr<BenchBackend> make_cpu_bench_backend();

@@ -2,13 +2,20 @@
 // device from ncclCommInitAll, a non-blocking stream and a pair of events per leg on every rank.
 // The link floor is the peer-copy bandwidth GPU 0 -> GPU 1 measured once at start-up with the
 // copy engine (the practical NVLink ceiling; 394 GB/s on the 2 x H200 NV18 machine).
+// With --baseline nccl a second set of NCCL communicators (ncclCommInitAll over the same
+// devices, owned here, not shared with the op) runs the all-to-allv baseline.
 #include <cuda_runtime.h>
+#include <nccl.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "bench_backend.h"
+#include "moe_ep/config.h"
 #include "moe_ep/cuda.h"
 #include "moe_ep/errors.h"
 
@@ -19,6 +26,24 @@ void check(cudaError_t status, const char* what) {
   if (status != cudaSuccess) {
     throw CudaError(std::string("bench: ") + what + ": " + cudaGetErrorString(status));
   }
+}
+
+void check_nccl(ncclResult_t status, const char* what) {
+  if (status != ncclSuccess) {
+    throw NcclError(std::string("bench: ") + what + ": " + ncclGetErrorString(status));
+  }
+}
+
+// Grows a device buffer of the current device to at least `bytes` (never below 256, so that the
+// pointer is never null); the old contents are dropped.
+void grow_buffer(void*& data, size_t& capacity, int64_t bytes) {
+  const size_t want = std::max<size_t>(static_cast<size_t>(bytes), 256);
+  if (want <= capacity) return;
+  if (data != nullptr) check(cudaFree(data), "cudaFree");
+  data = nullptr;
+  capacity = 0;
+  check(cudaMalloc(&data, want), "cudaMalloc");
+  capacity = want;
 }
 
 // Median-free best-of-N peer copy bandwidth in GB/s (1e9 bytes/s), one direction.
@@ -64,6 +89,22 @@ double measure_peer_copy_gbps(int src, int dst) {
 
 class CudaBenchBackend final : public BenchBackend {
  public:
+  CudaBenchBackend() = default;
+  CudaBenchBackend(const CudaBenchBackend&) = delete;
+  CudaBenchBackend& operator=(const CudaBenchBackend&) = delete;
+  ~CudaBenchBackend() override {
+    for (size_t r = 0; r < ranks_.size(); ++r) {
+      RankState& st = ranks_[r];
+      if (st.nccl_send == nullptr && st.nccl_recv == nullptr) continue;
+      cudaSetDevice(static_cast<int>(r));
+      cudaFree(st.nccl_send);
+      cudaFree(st.nccl_recv);
+    }
+    for (ncclComm_t comm : nccl_comms_) {
+      if (comm != nullptr) ncclCommDestroy(comm);  // aborted ones are already null
+    }
+  }
+
   Backend kind() const override { return Backend::kCuda; }
   std::string describe(int ranks) const override {
     cudaDeviceProp prop{};
@@ -84,7 +125,15 @@ class CudaBenchBackend final : public BenchBackend {
     std::vector<int> devices(ranks);
     for (int r = 0; r < ranks; ++r) devices[r] = r;
     ranks_.resize(ranks);
-    return make_local_nccl_communicators(devices);
+    std::vector<std::shared_ptr<Communicator>> comms = make_local_nccl_communicators(devices);
+    if (nccl_baseline_ && nccl_comms_.empty()) {
+      // One thread for all devices: ncclCommInitAll must not run concurrently per rank.
+      nccl_comms_.assign(ranks, nullptr);
+      const ncclResult_t status = ncclCommInitAll(nccl_comms_.data(), ranks, devices.data());
+      if (status != ncclSuccess) nccl_comms_.clear();  // nothing to destroy
+      check_nccl(status, "ncclCommInitAll");
+    }
+    return comms;
   }
 
   void bind_rank(int rank) override {
@@ -149,14 +198,117 @@ class CudaBenchBackend final : public BenchBackend {
 
   std::optional<double> link_floor_gbps() const override { return floor_gbps_; }
 
+  bool supports_nccl_baseline() const override { return true; }
+  void enable_nccl_baseline() override { nccl_baseline_ = true; }
+
+  void nccl_reserve(int rank, int64_t send_bytes, int64_t recv_bytes) override {
+    RankState& st = ranks_[rank];
+    grow_buffer(st.nccl_send, st.nccl_send_capacity, send_bytes);
+    grow_buffer(st.nccl_recv, st.nccl_recv_capacity, recv_bytes);
+    if (st.nccl_start == nullptr) {
+      check(cudaEventCreate(&st.nccl_start), "cudaEventCreate");
+      check(cudaEventCreate(&st.nccl_stop), "cudaEventCreate");
+    }
+  }
+
+  double nccl_alltoallv_us(int rank, const std::vector<int64_t>& send_bytes,
+                           const std::vector<int64_t>& recv_bytes) override {
+    RankState& st = ranks_[rank];
+    const size_t peers = nccl_comms_.size();
+    int64_t send_total = 0, recv_total = 0;
+    for (size_t p = 0; p < send_bytes.size(); ++p) send_total += send_bytes[p];
+    for (size_t p = 0; p < recv_bytes.size(); ++p) recv_total += recv_bytes[p];
+    if (static_cast<size_t>(rank) >= peers || nccl_comms_[rank] == nullptr ||
+        send_bytes.size() != peers || recv_bytes.size() != peers || st.nccl_start == nullptr ||
+        static_cast<size_t>(send_total) > st.nccl_send_capacity ||
+        static_cast<size_t>(recv_total) > st.nccl_recv_capacity) {
+      throw Internal("bench: nccl_alltoallv_us on rank " + std::to_string(rank) +
+                     ": no (live) baseline communicator, no nccl_reserve, or " +
+                     std::to_string(send_bytes.size()) + " peers for " + std::to_string(peers) +
+                     " communicators");
+    }
+    ncclComm_t comm = nccl_comms_[rank];
+    auto* send = static_cast<uint8_t*>(st.nccl_send);
+    auto* recv = static_cast<uint8_t*>(st.nccl_recv);
+    check(cudaEventRecord(st.nccl_start, st.stream), "cudaEventRecord");
+    check_nccl(ncclGroupStart(), "ncclGroupStart");
+    // Zero-byte pairs are skipped on both sides alike (send_bytes[p] of r == recv_bytes[r] of p).
+    int64_t send_offset = 0, recv_offset = 0;
+    for (size_t p = 0; p < peers; ++p) {
+      const int peer = static_cast<int>(p);
+      if (send_bytes[p] > 0) {
+        check_nccl(ncclSend(send + send_offset, static_cast<size_t>(send_bytes[p]), ncclUint8, peer,
+                            comm, st.stream),
+                   "ncclSend");
+      }
+      if (recv_bytes[p] > 0) {
+        check_nccl(ncclRecv(recv + recv_offset, static_cast<size_t>(recv_bytes[p]), ncclUint8, peer,
+                            comm, st.stream),
+                   "ncclRecv");
+      }
+      send_offset += send_bytes[p];
+      recv_offset += recv_bytes[p];
+    }
+    check_nccl(ncclGroupEnd(), "ncclGroupEnd");
+    check(cudaEventRecord(st.nccl_stop, st.stream), "cudaEventRecord");
+    wait_nccl(rank);
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, st.nccl_start, st.nccl_stop), "cudaEventElapsedTime");
+    return ms * 1e3;
+  }
+
  private:
   struct RankState {
     cudaStream_t stream = nullptr;
     cudaEvent_t start[kNumLegs] = {};
     cudaEvent_t stop[kNumLegs] = {};
+    // The NCCL baseline: buffers reused across pairs (grown as needed) and one pair of events.
+    void* nccl_send = nullptr;
+    void* nccl_recv = nullptr;
+    size_t nccl_send_capacity = 0;
+    size_t nccl_recv_capacity = 0;
+    cudaEvent_t nccl_start = nullptr;
+    cudaEvent_t nccl_stop = nullptr;
   };
+
+  // Waits for the rank's all-to-allv, bounded like the library's waits (MOE_EP_TIMEOUT_S): a
+  // peer that never posts its half (it failed) or an NCCL error aborts this rank's communicator
+  // instead of hanging the process.
+  void wait_nccl(int rank) {
+    using Clock = std::chrono::steady_clock;
+    RankState& st = ranks_[rank];
+    const double timeout_s = Knobs::get().timeout_s;
+    const Clock::time_point deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                                          std::chrono::duration<double>(timeout_s));
+    for (;;) {
+      const cudaError_t done = cudaEventQuery(st.nccl_stop);
+      if (done == cudaSuccess) return;
+      if (done != cudaErrorNotReady) check(done, "cudaEventQuery");
+      ncclResult_t async = ncclSuccess;
+      check_nccl(ncclCommGetAsyncError(nccl_comms_[rank], &async), "ncclCommGetAsyncError");
+      if (async != ncclSuccess) {
+        abort_nccl(rank);
+        check_nccl(async, "NCCL baseline all-to-allv");
+      }
+      if (Clock::now() > deadline) {
+        abort_nccl(rank);
+        char seconds[32];
+        std::snprintf(seconds, sizeof(seconds), "%g", timeout_s);
+        throw Timeout(std::string("bench: the NCCL baseline all-to-allv did not finish within ") +
+                      seconds + " s (MOE_EP_TIMEOUT_S)");
+      }
+      std::this_thread::yield();
+    }
+  }
+  void abort_nccl(int rank) {
+    ncclCommAbort(nccl_comms_[rank]);
+    nccl_comms_[rank] = nullptr;
+  }
+
   std::vector<RankState> ranks_;  // [ranks]; each rank's thread touches only its own entry
   std::optional<double> floor_gbps_;
+  bool nccl_baseline_ = false;
+  std::vector<ncclComm_t> nccl_comms_;  // [ranks] for the baseline; entry r: rank r's thread
 };
 
 }  // namespace

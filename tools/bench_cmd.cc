@@ -55,6 +55,12 @@ int run(const BenchOptions& options, LogBuffer& logs) {
 
   const std::unique_ptr<BenchBackend> backend = make_bench_backend(plan.backend);
   const std::string backend_name = to_string(plan.backend);
+  if (plan.nccl_baseline) {
+    if (!backend->supports_nccl_baseline()) {
+      throw RunFailure(backend_name + " backend: --baseline nccl is not supported");
+    }
+    backend->enable_nccl_baseline();  // its communicators are made in communicators()
+  }
   // Communicators first: a backend may measure its link floor while it sets them up.
   const std::vector<std::shared_ptr<Communicator>> comms = backend->communicators(plan.shape.ranks);
   const std::optional<double> floor = backend->link_floor_gbps();
@@ -108,6 +114,9 @@ CommandFn add_bench_command(CLI::App& app) {
                 "compare every output bit for bit with the reference (default on)");
   add_double(cmd, "--masked-fraction", o.masked_fraction,
              "fraction of top-k slots masked with -1 (default 0)");
+  cmd->add_option("--baseline", o.baseline,
+                  "none|nccl; nccl also times an NCCL all-to-allv moving the same bytes per peer "
+                  "as each leg (cuda only; default none)");
   add_double(cmd, "--x-std", o.x_std,
              "standard deviation of the gaussian x (default 0.02, activation-sized; "
              "docs/bench.md says why)");

@@ -81,9 +81,9 @@ RankInputs make_inputs(const InputShape& s, int rank) {
   return in;
 }
 
-int64_t count_remote_rows(const InputShape& s, const std::vector<RankInputs>& inputs) {
+std::vector<int64_t> count_route_rows(const InputShape& s, const std::vector<RankInputs>& inputs) {
   const int experts_per_rank = s.experts / s.ranks;
-  int64_t rows = 0;
+  std::vector<int64_t> rows(static_cast<size_t>(s.ranks) * s.ranks, 0);  // [W, W]
   std::vector<char> goes(s.ranks);  // [W] does the current token go to rank r
   for (int src = 0; src < s.ranks; ++src) {
     for (int64_t t = 0; t < s.tokens; ++t) {
@@ -92,8 +92,17 @@ int64_t count_remote_rows(const InputShape& s, const std::vector<RankInputs>& in
         const int32_t e = inputs[src].topk_idx[t * s.topk + j];
         if (e >= 0) goes[e / experts_per_rank] = 1;
       }
-      for (int r = 0; r < s.ranks; ++r) rows += (r != src && goes[r]) ? 1 : 0;
+      for (int r = 0; r < s.ranks; ++r) rows[static_cast<size_t>(src) * s.ranks + r] += goes[r];
     }
+  }
+  return rows;
+}
+
+int64_t count_remote_rows(const InputShape& s, const std::vector<RankInputs>& inputs) {
+  const std::vector<int64_t> route = count_route_rows(s, inputs);  // [W, W]
+  int64_t rows = 0;
+  for (int src = 0; src < s.ranks; ++src) {
+    for (int r = 0; r < s.ranks; ++r) rows += r != src ? route[src * s.ranks + r] : 0;
   }
   return rows;
 }

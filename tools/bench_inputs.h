@@ -30,6 +30,12 @@ struct RankInputs {
 
 RankInputs make_inputs(const InputShape& shape, int rank);
 
+// Rows that dispatch moves from each rank to each rank, self included: entry [s * W + r] counts
+// the tokens of rank s with an unmasked slot whose expert rank r owns (each token once per r).
+// Combine sends the same rows back, r -> s.
+std::vector<int64_t> count_route_rows(const InputShape& shape,
+                                      const std::vector<RankInputs>& inputs);  // [W, W]
+
 // Rows that dispatch moves between different ranks, summed over all source ranks: token t of
 // rank s counts once for every rank r != s that owns an expert of an unmasked slot of t.
 int64_t count_remote_rows(const InputShape& shape, const std::vector<RankInputs>& inputs);

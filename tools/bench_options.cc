@@ -40,6 +40,18 @@ Backend parse_backend(const std::string& text) {
   bad_argument("--backend", text, "allowed: auto|cpu|cuda");
 }
 
+// --baseline none|nccl; nccl runs on the CUDA backend's devices only.
+bool parse_baseline(const std::string& text, Backend backend) {
+  if (text == "none") return false;
+  if (text != "nccl") bad_argument("--baseline", text, "allowed: none|nccl");
+  if (backend != Backend::kCuda) {
+    bad_argument("--baseline", text,
+                 std::string("the NCCL baseline needs --backend cuda; this run uses the ") +
+                     to_string(backend) + " backend");
+  }
+  return true;
+}
+
 WeightDtype parse_weights(const std::string& text) {
   try {
     return parse_weight_dtype(text, "--weights");
@@ -96,6 +108,7 @@ OpConfig op_config(const BenchPlan& plan, const DtypePair& pair) {
 BenchPlan plan_bench(const BenchOptions& o) {
   BenchPlan plan;
   plan.backend = parse_backend(o.backend);
+  plan.nccl_baseline = parse_baseline(o.baseline, plan.backend);
   const Knobs& knobs = Knobs::get();  // a bad MOE_EP_* value fails here, naming the variable
   const WeightDtype weights = parse_weights(o.weights);
 

@@ -25,7 +25,8 @@ struct BenchOptions {
   std::string json_path;  // empty: no JSON
   bool check = true;
   double masked_fraction = 0.0;
-  double x_std = 0.02;  // standard deviation of the gaussian x (docs/bench.md)
+  double x_std = 0.02;            // standard deviation of the gaussian x (docs/bench.md)
+  std::string baseline = "none";  // none|nccl (nccl: cuda backend only)
 };
 
 struct DtypePair {
@@ -40,6 +41,7 @@ struct BenchPlan {
   int iters = 0;
   int warmup = 0;
   bool check = true;
+  bool nccl_baseline = false;  // --baseline nccl: time an NCCL all-to-allv of the same bytes
   std::string json_path;
   std::vector<DtypePair> pairs;    // in the order they run and print
   std::vector<std::string> notes;  // how `auto` resolved, for the header

@@ -27,6 +27,11 @@ std::string json_number(double value) {
   return std::isfinite(value) ? format("%.17g", value) : std::string("null");
 }
 
+// nccl / moe-ep time of a leg: above 1 when moe-ep is faster.
+std::string ratio(double nccl_us, double moe_ep_us) {
+  return moe_ep_us > 0.0 ? format("%.2f", nccl_us / moe_ep_us) : std::string("-");
+}
+
 }  // namespace
 
 PairMetrics pair_metrics(const BenchPlan& plan, int64_t remote_rows, const PairResult& result,
@@ -63,22 +68,40 @@ void print_header(std::ostream& os, const BenchPlan& plan, const std::string& ba
   for (const std::string& note : plan.notes) os << "# " << note << "\n";
   os << "# times: median over iterations of the slowest rank; MB: bytes per rank per leg sent "
         "to other ranks (1e6); rel_err vs fp64 on the bf16 input\n";
-  std::snprintf(line, sizeof(line), "%-8s %-15s %10s %10s %8s %8s %9s %9s %7s %7s %9s %7s\n",
+  if (plan.nccl_baseline) {
+    os << "# nccl_*_us: NCCL all-to-allv (ncclSend/ncclRecv of bytes) moving the leg's bytes per "
+          "peer, self included, same statistic; d_x, comb_x: nccl / moe-ep time (> 1: moe-ep "
+          "faster)\n";
+  }
+  std::snprintf(line, sizeof(line), "%-8s %-15s %10s %10s %8s %8s %9s %9s %7s %7s %9s %7s",
                 "dispatch", "combine", "disp_us", "comb_us", "disp_MB", "comb_MB", "disp_GB/s",
                 "comb_GB/s", "d_%flr", "c_%flr", "rel_err", "#wrong");
-  os << line << std::flush;
+  os << line;
+  if (plan.nccl_baseline) {
+    std::snprintf(line, sizeof(line), " %10s %10s %7s %7s", "nccl_d_us", "nccl_c_us", "d_x",
+                  "comb_x");
+    os << line;
+  }
+  os << "\n" << std::flush;
 }
 
 void print_row(std::ostream& os, const PairResult& r, const PairMetrics& m) {
   char line[512];
   const std::string wrong = r.wrong ? std::to_string(*r.wrong) : std::string("-");
   std::snprintf(line, sizeof(line),
-                "%-8s %-15s %10.1f %10.1f %8.3f %8.3f %9.2f %9.2f %7s %7s %9.3g %7s\n",
+                "%-8s %-15s %10.1f %10.1f %8.3f %8.3f %9.2f %9.2f %7s %7s %9.3g %7s",
                 short_name(r.pair.dispatch), short_name(r.pair.combine), r.dispatch_us,
                 r.combine_us, m.dispatch_bytes / 1e6, m.combine_bytes / 1e6, m.dispatch_algbw_gbps,
                 m.combine_algbw_gbps, pct(m.dispatch_floor_pct).c_str(),
                 pct(m.combine_floor_pct).c_str(), r.rel_err, wrong.c_str());
-  os << line << std::flush;
+  os << line;
+  if (r.nccl_dispatch_us && r.nccl_combine_us) {
+    std::snprintf(line, sizeof(line), " %10.1f %10.1f %7s %7s", *r.nccl_dispatch_us,
+                  *r.nccl_combine_us, ratio(*r.nccl_dispatch_us, r.dispatch_us).c_str(),
+                  ratio(*r.nccl_combine_us, r.combine_us).c_str());
+    os << line;
+  }
+  os << "\n" << std::flush;
 }
 
 int64_t print_footer(std::ostream& os, const BenchPlan& plan,
@@ -159,8 +182,12 @@ void write_json(const std::string& path, const BenchPlan& plan, const std::strin
          << ", \"combine_pct_floor\": " << opt(m.combine_floor_pct)
          << ", \"rel_err\": " << json_number(r.rel_err)
          << ", \"checked\": " << (r.wrong ? "true" : "false")
-         << ", \"wrong\": " << (r.wrong ? std::to_string(*r.wrong) : std::string("null")) << "}"
-         << (i + 1 < results.size() ? ",\n" : "\n");
+         << ", \"wrong\": " << (r.wrong ? std::to_string(*r.wrong) : std::string("null"));
+    if (r.nccl_dispatch_us && r.nccl_combine_us) {
+      file << ", \"nccl_dispatch_us\": " << json_number(*r.nccl_dispatch_us)
+           << ", \"nccl_combine_us\": " << json_number(*r.nccl_combine_us);
+    }
+    file << "}" << (i + 1 < results.size() ? ",\n" : "\n");
   }
   file << "]\n";
   file.close();

@@ -1,6 +1,8 @@
 // What `moe-ep bench` prints: a header (shape, backend, ranks, seed), one table row per dtype
 // pair as soon as it finishes, the first mismatches, the `# wrong: N OK|FAILED` footer, and the
-// same rows as a JSON array for --json.
+// same rows as a JSON array for --json. With --baseline nccl the table gains the NCCL times and
+// the ratios nccl / moe-ep per leg, and each JSON record nccl_dispatch_us and nccl_combine_us;
+// without it both stay as they were.
 #pragma once
 
 #include <cstdint>

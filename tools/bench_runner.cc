@@ -3,7 +3,11 @@
 //   2. create_op, then one checked run: dispatch, download, identity expert on the host, upload
 //      y, combine, download out; count wrong elements and the error sums against fp64 math;
 //   3. warm-up and timed iterations, each starting at a barrier, reusing y: dispatch is
-//      deterministic, so every iteration receives the same R rows as the checked run.
+//      deterministic, so every iteration receives the same R rows as the checked run;
+//   4. with --baseline nccl, the same number of warm-up and timed NCCL all-to-allv per leg, each
+//      after a barrier, moving per peer the bytes the leg moves: dispatch sends rows(me -> p) x
+//      (payload + scales of the dispatch dtype) to p, combine sends rows(p -> me) x (payload +
+//      scales of the combine dtype) back to p; the row counts come from the routing.
 // A failing rank aborts the harness barrier so that the others stop at their next barrier
 // instead of waiting forever; waits inside the library are bounded by its own timeout.
 #include "bench_runner.h"
@@ -17,6 +21,7 @@
 
 #include "bench_check.h"
 #include "commands.h"
+#include "moe_ep/dtypes.h"
 #include "moe_ep/errors.h"
 #include "reference.h"
 
@@ -64,14 +69,16 @@ struct PairShared {
   explicit PairShared(int ranks)
       : barrier(ranks), ref_recv(ranks), ref_y(ranks), check(ranks), err(ranks), errors(ranks) {
     for (auto& leg : times) leg.resize(ranks);
+    for (auto& leg : nccl_times) leg.resize(ranks);
   }
   Barrier barrier;
-  std::vector<DispatchOutputs> ref_recv;             // [W] expected dispatch outputs
-  std::vector<std::vector<uint16_t>> ref_y;          // [W][R_r * H] reference expert outputs
-  std::vector<CheckResult> check;                    // [W]
-  std::vector<ErrorSums> err;                        // [W]
-  std::vector<std::vector<double>> times[kNumLegs];  // [leg][W][iters] microseconds
-  std::vector<std::exception_ptr> errors;            // [W] first failure of each rank
+  std::vector<DispatchOutputs> ref_recv;                  // [W] expected dispatch outputs
+  std::vector<std::vector<uint16_t>> ref_y;               // [W][R_r * H] reference expert outputs
+  std::vector<CheckResult> check;                         // [W]
+  std::vector<ErrorSums> err;                             // [W]
+  std::vector<std::vector<double>> times[kNumLegs];       // [leg][W][iters] microseconds
+  std::vector<std::vector<double>> nccl_times[kNumLegs];  // [leg][W][iters] the NCCL baseline
+  std::vector<std::exception_ptr> errors;                 // [W] first failure of each rank
 };
 
 struct PairContext {
@@ -92,6 +99,42 @@ BenchTensor upload_new(BenchBackend& backend, int rank, const void* host, const 
   BenchTensor t = backend.alloc(rank, shape);
   backend.upload(rank, host, t);
   return t;
+}
+
+// Step 4: the NCCL all-to-allv baseline of this rank, the same bytes per peer as each leg.
+void run_nccl_baseline(const PairContext& ctx, int rank, PairShared& shared) {
+  const int ranks = ctx.plan.shape.ranks;
+  const int64_t h = ctx.plan.shape.hidden;
+  const int64_t row_bytes[kNumLegs] = {
+      payload_bytes(ctx.pair.dispatch, h) + scale_bytes(ctx.pair.dispatch, h),
+      payload_bytes(ctx.pair.combine, h) + scale_bytes(ctx.pair.combine, h)};
+  const std::vector<int64_t>& route = ctx.inputs.route_rows;  // [W, W] rows src -> dst
+  std::vector<int64_t> send[kNumLegs], recv[kNumLegs];        // [leg][W] bytes per peer
+  int64_t send_max = 0, recv_max = 0;
+  for (int l = 0; l < kNumLegs; ++l) {
+    send[l].resize(ranks);
+    recv[l].resize(ranks);
+    int64_t send_total = 0, recv_total = 0;
+    for (int p = 0; p < ranks; ++p) {
+      const int64_t to_p = route[static_cast<size_t>(rank) * ranks + p];
+      const int64_t from_p = route[static_cast<size_t>(p) * ranks + rank];
+      // Dispatch sends my rows to p; combine returns the rows p sent me.
+      send[l][p] = (l == 0 ? to_p : from_p) * row_bytes[l];
+      recv[l][p] = (l == 0 ? from_p : to_p) * row_bytes[l];
+      send_total += send[l][p];
+      recv_total += recv[l][p];
+    }
+    send_max = std::max(send_max, send_total);
+    recv_max = std::max(recv_max, recv_total);
+  }
+  ctx.backend.nccl_reserve(rank, send_max, recv_max);
+  for (int it = 0; it < ctx.plan.warmup + ctx.plan.iters; ++it) {
+    for (int l = 0; l < kNumLegs; ++l) {
+      shared.barrier.wait();  // every rank posts its half together
+      const double us = ctx.backend.nccl_alltoallv_us(rank, send[l], recv[l]);
+      if (it >= ctx.plan.warmup) shared.nccl_times[l][rank].push_back(us);
+    }
+  }
 }
 
 void run_rank(const PairContext& ctx, int rank, PairShared& shared) {
@@ -170,6 +213,9 @@ void run_rank(const PairContext& ctx, int rank, PairShared& shared) {
       shared.times[1][rank].push_back(backend.elapsed_us(rank, Leg::kCombine));
     }
   }
+
+  // 4. The NCCL baseline.
+  if (ctx.plan.nccl_baseline) run_nccl_baseline(ctx, rank, shared);
 }
 
 // The median over iterations of the slowest rank of each iteration.
@@ -228,6 +274,7 @@ BenchInputs make_bench_inputs(const BenchPlan& plan) {
   }
   for (std::thread& t : threads) t.join();
   inputs.remote_rows = count_remote_rows(plan.shape, inputs.ranks);
+  inputs.route_rows = count_route_rows(plan.shape, inputs.ranks);
   return inputs;
 }
 
@@ -267,6 +314,10 @@ std::vector<PairResult> run_bench(const BenchPlan& plan, BenchBackend& backend,
     result.pair = pair;
     result.dispatch_us = median_of_slowest(shared.times[0]);
     result.combine_us = median_of_slowest(shared.times[1]);
+    if (plan.nccl_baseline) {
+      result.nccl_dispatch_us = median_of_slowest(shared.nccl_times[0]);
+      result.nccl_combine_us = median_of_slowest(shared.nccl_times[1]);
+    }
     ErrorSums total;
     for (const ErrorSums& e : shared.err) total.err2 += e.err2, total.ref2 += e.ref2;
     result.rel_err = total.ref2 > 0.0 ? std::sqrt(total.err2 / total.ref2) : std::sqrt(total.err2);

@@ -1,7 +1,8 @@
 // Runs `moe-ep bench`: W rank threads per dtype pair, each creating its op, then one checked run
 // (dispatch -> identity expert -> combine, compared with the reference) and warm-up and timed
 // iterations. Per iteration each rank times its dispatch and its combine; a leg's time is the
-// median over iterations of the slowest rank.
+// median over iterations of the slowest rank. With --baseline nccl, each pair then times an NCCL
+// all-to-allv per leg moving the same bytes per peer, with the same statistic.
 #pragma once
 
 #include <cstdint>
@@ -19,14 +20,17 @@ struct PairResult {
   DtypePair pair;
   double dispatch_us = 0.0;  // median over iterations of the slowest rank
   double combine_us = 0.0;
+  std::optional<double> nccl_dispatch_us;  // --baseline nccl: same statistic; nullopt without
+  std::optional<double> nccl_combine_us;
   double rel_err = 0.0;            // ||out - fp64(sum_k w_k x)|| / ||fp64 ref|| over all ranks
   std::optional<int64_t> wrong;    // elements differing from the reference; nullopt: unchecked
   std::vector<std::string> notes;  // where the wrong elements are
 };
 
 struct BenchInputs {
-  std::vector<RankInputs> ranks;  // [W]
-  int64_t remote_rows = 0;        // rows dispatch moves between ranks, all ranks summed
+  std::vector<RankInputs> ranks;    // [W]
+  int64_t remote_rows = 0;          // rows dispatch moves between ranks, all ranks summed
+  std::vector<int64_t> route_rows;  // [W, W] rows dispatch moves from rank s to rank r (s == r too)
 };
 
 // Generates every rank's inputs (one thread per rank).

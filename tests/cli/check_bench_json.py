@@ -37,6 +37,8 @@ def main(path):
         assert r["dispatch_us"] > 0 and r["combine_us"] > 0, r
         assert r["bytes_per_rank"] == r["dispatch_bytes"] + r["combine_bytes"], r
         assert 0 <= r["rel_err"] < 0.5, r
+        # The NCCL baseline's fields appear only with --baseline nccl (GPU only).
+        assert "nccl_dispatch_us" not in r and "nccl_combine_us" not in r, r
         by_pair[(r["dispatch_dtype"], r["combine_dtype"])] = r
     assert len(by_pair) == 9, sorted(by_pair)
 
