@@ -38,15 +38,7 @@ std::vector<std::shared_ptr<Communicator>> comms_for(int world_size) {
 // The CUDA analogue of run_rounds: the same identity expert, outputs downloaded to the host.
 std::vector<RoundResult> run_rounds_cuda(const OpConfig& config, int world_size,
                                          const std::vector<std::vector<RankInput>>& rounds) {
-  std::vector<RoundResult> results(rounds.size());
-  for (size_t i = 0; i < rounds.size(); ++i) {
-    results[i].inputs = rounds[i];
-    results[i].received.resize(world_size);
-    results[i].handles.resize(world_size);
-    results[i].op_uids.resize(world_size);
-    results[i].out.resize(world_size);
-    results[i].views.resize(world_size);
-  }
+  std::vector<RoundResult> results = make_round_results(world_size, rounds);
   auto comms = comms_for(world_size);
   const auto errors = run_gpu_ranks(comms, [&](int rank, const std::shared_ptr<Communicator>& c) {
     std::shared_ptr<Op> op = create_op(c, config);

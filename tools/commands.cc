@@ -11,16 +11,6 @@ void bad_argument(const std::string& flag, const std::string& value, const std::
   throw InvalidArgument(flag + "=" + value + ": " + rule);
 }
 
-const char* level_name(LogLevel level) {
-  switch (level) {
-    case LogLevel::kError: return "error";
-    case LogLevel::kWarn: return "warn";
-    case LogLevel::kInfo: return "info";
-    case LogLevel::kDebug: return "debug";
-  }
-  return "?";
-}
-
 LogBuffer::~LogBuffer() { set_log_sink({}); }
 
 void LogBuffer::install() {
@@ -33,7 +23,7 @@ void LogBuffer::install() {
 void LogBuffer::flush_to_stderr() {
   set_log_sink({});
   for (const Line& line : take()) {
-    std::fprintf(stderr, "moe-ep [%s] %s\n", level_name(line.level), line.message.c_str());
+    std::fprintf(stderr, "moe-ep [%s] %s\n", to_string(line.level), line.message.c_str());
   }
 }
 

@@ -49,8 +49,6 @@ class LogBuffer {
   std::vector<Line> lines_;
 };
 
-const char* level_name(LogLevel level);
-
 // Each command adds its subcommand and options to `app` and returns what runs once the command
 // line parsed; that function returns the exit code and may throw (see main.cc).
 using CommandFn = std::function<int(LogBuffer& logs)>;

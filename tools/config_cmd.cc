@@ -51,9 +51,9 @@ int run(const ConfigOptions& o, LogBuffer& logs) {
   std::vector<std::string> warnings = res.warnings;
   for (const LogBuffer::Line& line : logs.take()) {
     if (std::find(warnings.begin(), warnings.end(), line.message) == warnings.end()) {
-      warnings.push_back(std::string(level_name(line.level)) == "warn"
+      warnings.push_back(std::string(to_string(line.level)) == "warn"
                              ? line.message
-                             : std::string(level_name(line.level)) + ": " + line.message);
+                             : std::string(to_string(line.level)) + ": " + line.message);
     }
   }
 

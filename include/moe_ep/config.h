@@ -15,6 +15,7 @@
 namespace moe_ep {
 
 enum class LogLevel { kError = 0, kWarn = 1, kInfo = 2, kDebug = 3 };
+const char* to_string(LogLevel level);  // "error", "warn", "info", "debug"
 
 // One registered knob: its variable, type, default and meaning (for `moe-ep config` and docs).
 struct KnobInfo {

@@ -68,16 +68,6 @@ const std::vector<KnobInfo> kKnobs = {
     {kNumSmsVar, "int", "0", "SMs used by the communication kernels; 0 = library default."},
 };
 
-const char* level_name(LogLevel level) {
-  switch (level) {
-    case LogLevel::kError: return "error";
-    case LogLevel::kWarn: return "warn";
-    case LogLevel::kInfo: return "info";
-    case LogLevel::kDebug: return "debug";
-  }
-  return "?";
-}
-
 std::string lower(std::string_view text) {
   std::string out(text);
   for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -87,7 +77,7 @@ std::string lower(std::string_view text) {
 std::optional<LogLevel> parse_log_level(std::string_view text) {
   const std::string t = lower(text);
   for (LogLevel level : {LogLevel::kError, LogLevel::kWarn, LogLevel::kInfo, LogLevel::kDebug}) {
-    if (t == level_name(level)) return level;
+    if (t == to_string(level)) return level;
   }
   return std::nullopt;
 }
@@ -309,6 +299,16 @@ void resolve_combine(std::optional<CombineDtype> requested, WeightDtype weights,
 
 }  // namespace
 
+const char* to_string(LogLevel level) {
+  switch (level) {
+    case LogLevel::kError: return "error";
+    case LogLevel::kWarn: return "warn";
+    case LogLevel::kInfo: return "info";
+    case LogLevel::kDebug: return "debug";
+  }
+  return "?";
+}
+
 const std::vector<KnobInfo>& knob_registry() { return kKnobs; }
 
 Knobs Knobs::from(const EnvMap& env) {
@@ -405,7 +405,7 @@ void log(LogLevel level, const std::string& message) {
     return;
   }
   // One fprintf per line keeps lines from different threads whole.
-  std::fprintf(stderr, "moe-ep [%s] %s\n", level_name(level), message.c_str());
+  std::fprintf(stderr, "moe-ep [%s] %s\n", to_string(level), message.c_str());
 }
 
 void set_log_sink(LogSink sink) {

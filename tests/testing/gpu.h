@@ -71,26 +71,17 @@ struct DeviceInput {
   }
 };
 
+inline void device_to_host(void* dst, const void* src, size_t n) {
+  MOE_EP_TEST_CUDA(cudaMemcpy(dst, src, n, cudaMemcpyDeviceToHost));
+}
+
 template <typename T>
 std::vector<T> download_view(const TensorView& v) {
-  std::vector<T> out(v.defined() ? v.nbytes() / sizeof(T) : 0);
-  if (!out.empty()) {
-    MOE_EP_TEST_CUDA(cudaMemcpy(out.data(), v.data, v.nbytes(), cudaMemcpyDeviceToHost));
-  }
-  return out;
+  return copy_view<T>(v, device_to_host);
 }
 
 inline DispatchOutputs download_outputs(const DispatchResult& r) {
-  DispatchOutputs o;
-  o.num_recv = r.num_recv;
-  o.x_payload = download_view<uint8_t>(r.recv_x);
-  o.x_scales = download_view<uint8_t>(r.recv_x_scales);
-  o.topk_idx = download_view<int32_t>(r.recv_topk_idx);
-  o.topk_weights = download_view<float>(r.recv_topk_weights);
-  o.src_rank = download_view<int32_t>(r.recv_src_rank);
-  o.src_token = download_view<int32_t>(r.recv_src_token);
-  o.count_per_local_expert = download_view<int32_t>(r.recv_count_per_local_expert);
-  return o;
+  return copy_outputs(r, device_to_host);
 }
 
 // Runs fn(rank, comm) on one thread per device (device r for rank r) and returns each rank's

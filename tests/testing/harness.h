@@ -27,9 +27,9 @@ struct RoundResult {
   std::vector<DispatchResult> views;       // [W] metadata only (the views are stale)
 };
 
-// Runs every round on one op per rank; rounds[i][r] is rank r's input in round i.
-inline std::vector<RoundResult> run_rounds(const OpConfig& config, int world_size,
-                                           const std::vector<std::vector<RankInput>>& rounds) {
+// Empty results for every round, sized for `world_size` ranks, holding the round's inputs.
+inline std::vector<RoundResult> make_round_results(
+    int world_size, const std::vector<std::vector<RankInput>>& rounds) {
   std::vector<RoundResult> results(rounds.size());
   for (size_t i = 0; i < rounds.size(); ++i) {
     results[i].inputs = rounds[i];
@@ -39,6 +39,13 @@ inline std::vector<RoundResult> run_rounds(const OpConfig& config, int world_siz
     results[i].out.resize(world_size);
     results[i].views.resize(world_size);
   }
+  return results;
+}
+
+// Runs every round on one op per rank; rounds[i][r] is rank r's input in round i.
+inline std::vector<RoundResult> run_rounds(const OpConfig& config, int world_size,
+                                           const std::vector<std::vector<RankInput>>& rounds) {
+  std::vector<RoundResult> results = make_round_results(world_size, rounds);
   run_ranks(world_size, [&](int rank, const std::shared_ptr<Communicator>& comm) {
     std::shared_ptr<Op> op = create_op(comm, config);
     for (size_t i = 0; i < rounds.size(); ++i) {

@@ -27,23 +27,27 @@ struct DispatchOutputs {
   std::vector<int32_t> count_per_local_expert;  // [E / W]
 };
 
+// Copies `n` bytes of a view into host memory (memcpy here; testing/gpu.h passes a device copy).
+using CopyBytes = void (*)(void* dst, const void* src, size_t n);
+inline void host_copy(void* dst, const void* src, size_t n) { std::memcpy(dst, src, n); }
+
 template <typename T>
-std::vector<T> copy_view(const TensorView& v) {
+std::vector<T> copy_view(const TensorView& v, CopyBytes copy = host_copy) {
   std::vector<T> out(v.defined() ? v.nbytes() / sizeof(T) : 0);
-  if (!out.empty()) std::memcpy(out.data(), v.data, v.nbytes());
+  if (!out.empty()) copy(out.data(), v.data, v.nbytes());
   return out;
 }
 
-inline DispatchOutputs copy_outputs(const DispatchResult& r) {
+inline DispatchOutputs copy_outputs(const DispatchResult& r, CopyBytes copy = host_copy) {
   DispatchOutputs o;
   o.num_recv = r.num_recv;
-  o.x_payload = copy_view<uint8_t>(r.recv_x);
-  o.x_scales = copy_view<uint8_t>(r.recv_x_scales);
-  o.topk_idx = copy_view<int32_t>(r.recv_topk_idx);
-  o.topk_weights = copy_view<float>(r.recv_topk_weights);
-  o.src_rank = copy_view<int32_t>(r.recv_src_rank);
-  o.src_token = copy_view<int32_t>(r.recv_src_token);
-  o.count_per_local_expert = copy_view<int32_t>(r.recv_count_per_local_expert);
+  o.x_payload = copy_view<uint8_t>(r.recv_x, copy);
+  o.x_scales = copy_view<uint8_t>(r.recv_x_scales, copy);
+  o.topk_idx = copy_view<int32_t>(r.recv_topk_idx, copy);
+  o.topk_weights = copy_view<float>(r.recv_topk_weights, copy);
+  o.src_rank = copy_view<int32_t>(r.recv_src_rank, copy);
+  o.src_token = copy_view<int32_t>(r.recv_src_token, copy);
+  o.count_per_local_expert = copy_view<int32_t>(r.recv_count_per_local_expert, copy);
   return o;
 }
 
