@@ -4,6 +4,8 @@
 // is exactly formats::F::block_params / encode / decode, so the result equals the CPU codec.
 #pragma once
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -76,33 +78,63 @@ __device__ __forceinline__ LaneWord<F> lane_encode(const uint4& v, typename F::P
   }
 }
 
-// acc[j] = acc[j] + decode(element j): one rounding for the product, one for the sum.
+template <typename F>
+inline constexpr bool kIsFp8Wire =
+    std::is_same_v<F, formats::Fp8BlockWire> || std::is_same_v<F, formats::Fp8DirectWire>;
+
+// acc[j] = acc[j] + decode(element j): one rounding for the product, one for the sum. e4m3
+// codes go through the hardware e4m3x2 -> f16x2 conversion: exact (every e4m3 value is a half,
+// and every half a float), so the values equal formats::e4m3_to_float's; only the bits of a NaN
+// may differ, and a NaN sum leaves the kernel as the canonical bf16 NaN (lane_pack_bf16).
 template <typename F>
 __device__ __forceinline__ void lane_decode_add(const LaneWord<F>& w, typename F::Scale s,
                                                 float (&acc)[kElemsPerLane]) {
+  if constexpr (kIsFp8Wire<F>) {
 #pragma unroll
-  for (int j = 0; j < kElemsPerLane; ++j) {
-    float d;
-    if constexpr (F::kElemsPerByte == 0) {
-      d = F::decode(lane_elem(w, j), s);
-    } else if constexpr (F::kElemsPerByte == 1) {
-      const uint32_t word = j < 4 ? w.x : w.y;
-      d = F::decode(static_cast<uint8_t>(word >> (8 * (j & 3))), s);
-    } else {
-      d = F::decode(static_cast<uint8_t>((w >> (4 * j)) & 0xf), s);
+    for (int pair = 0; pair < kElemsPerLane / 2; ++pair) {
+      const uint32_t word = pair < 2 ? w.x : w.y;
+      const auto two = static_cast<__nv_fp8x2_storage_t>(word >> (16 * (pair & 1)));
+      const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(two, __NV_E4M3);
+      __half_raw lo_raw, hi_raw;
+      lo_raw.x = h.x;
+      hi_raw.x = h.y;
+      float lo = __half2float(__half(lo_raw));
+      float hi = __half2float(__half(hi_raw));
+      if constexpr (F::kBlock != 0) {
+        lo = lo * s;
+        hi = hi * s;
+      }
+      acc[2 * pair] = acc[2 * pair] + lo;
+      acc[2 * pair + 1] = acc[2 * pair + 1] + hi;
     }
-    acc[j] = acc[j] + d;
+  } else {
+#pragma unroll
+    for (int j = 0; j < kElemsPerLane; ++j) {
+      float d;
+      if constexpr (F::kElemsPerByte == 0) {
+        d = F::decode(lane_elem(w, j), s);
+      } else {
+        d = F::decode(static_cast<uint8_t>((w >> (4 * j)) & 0xf), s);
+      }
+      acc[j] = acc[j] + d;
+    }
   }
 }
 
+// Two floats to bf16 with the hardware's round-to-nearest-even (cvt.rn.bf16x2.f32, the same
+// rounding as formats::float_to_bf16), NaN replaced by the reference's canonical 0x7fc0.
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  uint32_t u;
+  memcpy(&u, &v, sizeof(u));
+  if (formats::is_nan(lo)) u = (u & 0xffff0000u) | formats::kBf16NaN;
+  if (formats::is_nan(hi)) u = (u & 0x0000ffffu) | (static_cast<uint32_t>(formats::kBf16NaN) << 16);
+  return u;
+}
+
 __device__ __forceinline__ uint4 lane_pack_bf16(const float (&acc)[kElemsPerLane]) {
-  uint32_t w[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    w[i] = static_cast<uint32_t>(formats::float_to_bf16(acc[2 * i])) |
-           (static_cast<uint32_t>(formats::float_to_bf16(acc[2 * i + 1])) << 16);
-  }
-  return make_uint4(w[0], w[1], w[2], w[3]);
+  return make_uint4(pack_bf16x2(acc[0], acc[1]), pack_bf16x2(acc[2], acc[3]),
+                    pack_bf16x2(acc[4], acc[5]), pack_bf16x2(acc[6], acc[7]));
 }
 
 // Plain (weak) 16-byte global load that bypasses L1, for rows read exactly once.
