@@ -14,6 +14,7 @@
 
 #include "moe_ep/config.h"
 #include "moe_ep/errors.h"
+#include "testing/errors.h"
 
 namespace moe_ep {
 namespace {
@@ -75,18 +76,8 @@ int count_warnings(const DtypeResolution& res, const std::vector<std::string>& p
 
 // The message of the InvalidArgument that Knobs::from(env) must raise ("" and a failure if not).
 std::string from_error(const EnvMap& env) {
-  try {
-    Knobs::from(env);
-  } catch (const InvalidArgument& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "expected InvalidArgument, got: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "expected InvalidArgument for " << env.begin()->first << "='"
-                << env.begin()->second << "'";
-  return "";
+  SCOPED_TRACE("env " + env.begin()->first + "='" + env.begin()->second + "'");
+  return testing::invalid_argument_message([&] { Knobs::from(env); });
 }
 
 // Each test records where the process log stood when it started.

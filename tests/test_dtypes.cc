@@ -8,25 +8,12 @@
 
 #include "moe_ep/dtypes.h"
 #include "moe_ep/errors.h"
+#include "testing/errors.h"
 
 namespace moe_ep {
 namespace {
 
-// Runs `fn`, which must throw InvalidArgument, and returns its message ("" on failure).
-template <typename Fn>
-std::string invalid_argument_message(Fn fn) {
-  try {
-    fn();
-  } catch (const InvalidArgument& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "expected InvalidArgument, got: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "expected InvalidArgument, nothing was thrown";
-  return "";
-}
+using testing::invalid_argument_message;
 
 struct DispatchNames {
   DispatchDtype dtype;
