@@ -9,13 +9,14 @@ MOE_EP_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
 # The scripts' own MOE_EP_* settings stay shell variables but are not passed on: the library
 # warns about every MOE_EP_* variable it does not know, and tests may inspect the environment.
-export -n MOE_EP_JOBS MOE_EP_BUILD_DIR MOE_EP_NO_INSTALL MOE_EP_CTEST_ARGS MOE_EP_CUDA_ARCH \
+export -n MOE_EP_JOBS MOE_EP_BUILD_DIR MOE_EP_NO_INSTALL MOE_EP_CTEST_ARGS MOE_EP_CUDA_ARCH MOE_EP_PYTHON \
   2>/dev/null || true
 MOE_EP_SCRIPT="${MOE_EP_SCRIPT:-$(basename "$0")}"
 
 # Debian packages a build with tests needs. Each has a file that proves it is usable without
 # asking dpkg, because on some machines (the GPU images) the same files come from elsewhere.
-MOE_EP_DEB_PACKAGES=(cmake ninja-build g++ git libgtest-dev libcli11-dev clang-format)
+MOE_EP_DEB_PACKAGES=(cmake ninja-build g++ git libgtest-dev libcli11-dev clang-format
+  python3-dev pybind11-dev python3-numpy python3-pytest python3-venv python3-setuptools)
 
 moe_ep_log() { printf '[%s] %s\n' "$MOE_EP_SCRIPT" "$*" >&2; }
 moe_ep_die() {
@@ -41,6 +42,7 @@ moe_ep_have_package() {
     clang-format) command -v clang-format-14 >/dev/null 2>&1 || command -v clang-format >/dev/null 2>&1 ;;
     libgtest-dev) [[ -e /usr/include/gtest/gtest.h ]] ;;
     libcli11-dev) [[ -e /usr/include/CLI/CLI.hpp ]] ;;
+    pybind11-dev) [[ -e /usr/include/pybind11/pybind11.h ]] ;;
     *) return 1 ;;
   esac
 }

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "moe_ep/op.h"
@@ -22,6 +23,15 @@ int cuda_device_count();
 // Collective over `comm`: wraps an existing communicator whose rank runs on `device`. The caller
 // keeps ownership of `comm` and must keep it alive while ops created from it exist.
 std::shared_ptr<Communicator> make_nccl_communicator(ncclComm_t comm, int device);
+
+// Bootstrapping across processes (what the Python package does over a torch process group):
+// one rank calls nccl_unique_id() and hands the bytes to every rank, which then calls
+// make_nccl_communicator(id, rank, world_size, device) collectively (ncclCommInitRank). The
+// returned object owns the communicator. The id is kNcclUniqueIdBytes raw bytes.
+inline constexpr int kNcclUniqueIdBytes = 128;
+std::string nccl_unique_id();
+std::shared_ptr<Communicator> make_nccl_communicator(const std::string& unique_id, int rank,
+                                                     int world_size, int device);
 
 // One communicator per device, created with ncclCommInitAll and owned by the returned objects.
 std::vector<std::shared_ptr<Communicator>> make_local_nccl_communicators(

@@ -3,6 +3,7 @@
 
 #include "moe_ep/config.h"
 #include "moe_ep/cpu.h"
+#include "moe_ep/cuda.h"
 #include "moe_ep/dtypes.h"
 #include "moe_ep/errors.h"
 #include "moe_ep/op.h"

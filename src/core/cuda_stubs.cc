@@ -14,6 +14,14 @@ std::shared_ptr<Communicator> make_nccl_communicator(ncclComm_t, int) {
   throw InvalidArgument("backend=cuda: this moe-ep was built without the CUDA backend");
 }
 
+std::string nccl_unique_id() {
+  throw InvalidArgument("backend=cuda: this moe-ep was built without the CUDA backend");
+}
+
+std::shared_ptr<Communicator> make_nccl_communicator(const std::string&, int, int, int) {
+  throw InvalidArgument("backend=cuda: this moe-ep was built without the CUDA backend");
+}
+
 std::vector<std::shared_ptr<Communicator>> make_local_nccl_communicators(const std::vector<int>&) {
   throw InvalidArgument("backend=cuda: this moe-ep was built without the CUDA backend");
 }

@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <random>
 
 #include "backends/cuda/cuda_check.h"
@@ -70,6 +71,40 @@ std::shared_ptr<Communicator> make_nccl_communicator(ncclComm_t comm, int device
   cudaStreamDestroy(stream);
   cudaFree(id_device);
   return std::make_shared<cuda_backend::NcclCommunicator>(comm, device, id, false);
+}
+
+std::string nccl_unique_id() {
+  static_assert(sizeof(ncclUniqueId) == kNcclUniqueIdBytes, "NCCL unique id size changed");
+  ncclUniqueId id;
+  MOE_EP_NCCL_CHECK(ncclGetUniqueId(&id));
+  return std::string(id.internal, sizeof(id.internal));
+}
+
+std::shared_ptr<Communicator> make_nccl_communicator(const std::string& unique_id, int rank,
+                                                     int world_size, int device) {
+  MOE_EP_CHECK_ARG(unique_id.size() == sizeof(ncclUniqueId), "unique_id has ", unique_id.size(),
+                   " bytes; an NCCL unique id has ", sizeof(ncclUniqueId));
+  MOE_EP_CHECK_ARG(world_size >= 1, "world_size=", world_size, " must be >= 1");
+  MOE_EP_CHECK_ARG(rank >= 0 && rank < world_size, "rank=", rank, " must be in [0, world_size=",
+                   world_size, ")");
+  const int count = cuda_device_count();
+  MOE_EP_CHECK_ARG(device >= 0 && device < count, "device=", device, " is not a visible CUDA ",
+                   "device (", count, " visible)");
+  cuda_backend::DeviceGuard guard(device);
+  ncclUniqueId id;
+  std::memcpy(id.internal, unique_id.data(), sizeof(id.internal));
+  ncclComm_t comm = nullptr;
+  MOE_EP_NCCL_CHECK(ncclCommInitRank(&comm, world_size, id, rank));
+  // Every rank holds the same id bytes, so a hash of them is a group id they agree on without
+  // another exchange (FNV-1a, 64 bit).
+  uint64_t group_id = 1469598103934665603ull;
+  for (unsigned char c : unique_id) group_id = (group_id ^ c) * 1099511628211ull;
+  try {
+    return std::make_shared<cuda_backend::NcclCommunicator>(comm, device, group_id, true);
+  } catch (...) {
+    ncclCommDestroy(comm);
+    throw;
+  }
 }
 
 std::vector<std::shared_ptr<Communicator>> make_local_nccl_communicators(

@@ -1,0 +1,339 @@
+// moe_ep._C: the compiled half of the Python package. It exposes the C++ API with its own names
+// and string values (dtype enums, block sizes, scale_dim, dtype resolution, the error family,
+// communicators, ops and the op cache) and nothing else: the Python half (python/moe_ep) only
+// turns torch tensors, numpy arrays and process groups into the arguments below.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "moe_ep/cuda.h"
+#include "moe_ep/moe_ep.h"
+#include "tensors.h"
+
+namespace py = pybind11;
+
+namespace moe_ep::python {
+namespace {
+
+// ---- errors ---------------------------------------------------------------------------------
+
+// One Python class per ErrorCode, each deriving from moe_ep.Error and the matching built-in
+// (ValueError, RuntimeError, TimeoutError), so callers can catch either.
+struct ErrorClasses {
+  PyObject* base = nullptr;
+  PyObject* by_code[7] = {};
+};
+ErrorClasses g_errors;
+
+PyObject* new_error_class(py::module_& m, const char* name, PyObject* bases, const char* code,
+                          const char* doc) {
+  const std::string qualified = std::string("moe_ep.") + name;
+  PyObject* cls = PyErr_NewExceptionWithDoc(qualified.c_str(), doc, bases, nullptr);
+  if (cls == nullptr) throw py::error_already_set();
+  if (code != nullptr) PyObject_SetAttrString(cls, "code", py::str(code).ptr());
+  m.add_object(name, py::handle(cls));
+  return cls;
+}
+
+void register_errors(py::module_& m) {
+  g_errors.base = new_error_class(m, "Error", PyExc_Exception, nullptr,
+                                  "Base of every moe-ep error; .code names the ErrorCode.");
+  struct Spec {
+    ErrorCode code;
+    const char* name;
+    PyObject* builtin;
+    const char* doc;
+  };
+  const Spec specs[] = {
+      {ErrorCode::kInvalidArgument, "InvalidArgument", PyExc_ValueError,
+       "A value breaks a rule; nothing was changed and the op stays usable."},
+      {ErrorCode::kInvalidUsage, "InvalidUsage", PyExc_RuntimeError,
+       "A call out of order (stale handle, poisoned op); the op stays as it was."},
+      {ErrorCode::kTimeout, "Timeout", PyExc_TimeoutError,
+       "A bounded wait expired (a peer is missing or dead); the op is poisoned."},
+      {ErrorCode::kRemoteError, "RemoteError", PyExc_RuntimeError,
+       "Another rank failed during a collective call; the op is poisoned."},
+      {ErrorCode::kCudaError, "CudaError", PyExc_RuntimeError, "A CUDA error; the op is poisoned."},
+      {ErrorCode::kNcclError, "NcclError", PyExc_RuntimeError, "An NCCL error; the op is poisoned."},
+      {ErrorCode::kInternal, "InternalError", PyExc_RuntimeError,
+       "A broken invariant inside moe-ep; the op is poisoned."},
+  };
+  for (const Spec& s : specs) {
+    py::tuple bases = py::make_tuple(py::handle(g_errors.base), py::handle(s.builtin));
+    g_errors.by_code[static_cast<int>(s.code)] =
+        new_error_class(m, s.name, bases.ptr(), to_string(s.code), s.doc);
+  }
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const Error& e) {
+      PyErr_SetString(g_errors.by_code[static_cast<int>(e.code())], e.what());
+    }
+  });
+}
+
+// ---- dtypes and configuration ---------------------------------------------------------------
+
+template <typename Enum, size_t N>
+py::list enum_members(const Enum (&all)[N], const char* (*name)(Enum)) {
+  py::list out;
+  for (Enum e : all) out.append(py::make_tuple(name(e), to_string(e)));
+  return out;
+}
+
+const char* weight_short_name(WeightDtype w) {
+  switch (w) {
+    case WeightDtype::bf16: return "bf16";
+    case WeightDtype::fp8: return "fp8";
+    case WeightDtype::fp4: return "fp4";
+  }
+  return "?";
+}
+
+// scale_dim for a dispatch or combine dtype named by its short name or string value.
+int64_t scale_dim_of(const std::string& dtype, int64_t hidden) {
+  if (hidden < 0) throw InvalidArgument("hidden=" + std::to_string(hidden) + " must be >= 0");
+  int block = 0;
+  try {
+    block = block_size(parse_dispatch_dtype(dtype, "dtype"));
+  } catch (const InvalidArgument&) {
+    try {
+      block = block_size(parse_combine_dtype(dtype, "dtype"));
+    } catch (const InvalidArgument&) {
+      throw InvalidArgument("dtype=\"" + dtype + "\" is not a wire dtype; valid: " +
+                            valid_dispatch_values() + "|" + valid_combine_values());
+    }
+  }
+  if (block != 0 && hidden % block != 0) {
+    throw InvalidArgument("hidden=" + std::to_string(hidden) + " is not a multiple of the " +
+                          dtype + " block size " + std::to_string(block));
+  }
+  return block == 0 ? 0 : hidden / block;
+}
+
+py::dict resolve(const std::string& weights, const std::string& dispatch,
+                 const std::string& combine, const std::optional<EnvMap>& env) {
+  const WeightDtype w = parse_weight_dtype(weights, "weight_dtype");
+  const auto d = parse_dispatch_choice(dispatch, "dispatch_dtype");
+  const auto c = parse_combine_choice(combine, "combine_dtype");
+  const DtypeResolution r =
+      env ? resolve_dtypes(d, c, w, Knobs::from(*env)) : resolve_dtypes(d, c, w);
+  py::dict out;
+  out["dispatch"] = short_name(r.dispatch);
+  out["combine"] = short_name(r.combine);
+  out["dispatch_source"] = to_string(r.dispatch_source);
+  out["combine_source"] = to_string(r.combine_source);
+  out["dispatch_origin"] = r.dispatch_origin;
+  out["combine_origin"] = r.combine_origin;
+  out["warnings"] = r.warnings;
+  return out;
+}
+
+py::dict config_dict(const OpConfig& c) {
+  py::dict out;
+  out["num_experts"] = c.num_experts;
+  out["hidden"] = c.hidden;
+  out["top_k"] = c.topk;
+  out["max_tokens_per_rank"] = c.max_tokens_per_rank;
+  out["dispatch_dtype"] = short_name(c.dispatch_dtype);
+  out["combine_dtype"] = short_name(c.combine_dtype);
+  out["instance_id"] = c.instance_id;
+  return out;
+}
+
+// ---- op calls -------------------------------------------------------------------------------
+
+void* as_stream(uintptr_t stream) { return reinterpret_cast<void*>(stream); }
+
+py::tuple dispatch(const std::shared_ptr<Op>& op, py::object x, py::object topk_idx,
+                   py::object topk_weights, py::object x_scales, uintptr_t stream,
+                   bool raw_bits) {
+  const OpConfig& config = op->config();
+  const ScalarType x_byte = config.dispatch_dtype == DispatchDtype::fp8   ? ScalarType::kFloat8E4M3
+                            : config.dispatch_dtype == DispatchDtype::fp4 ? ScalarType::kFloat4E2M1
+                                                                          : ScalarType::kUInt8;
+  const ScalarType scale_byte =
+      config.dispatch_dtype == DispatchDtype::fp4 ? ScalarType::kFloat8E8M0 : ScalarType::kUInt8;
+  ImportScope scope;
+  DispatchArgs args;
+  args.x = scope.import(x, "x", x_byte);
+  if (!x_scales.is_none()) args.x_scales = scope.import(x_scales, "x_scales", scale_byte);
+  args.topk_idx = scope.import(topk_idx, "topk_idx");
+  args.topk_weights = scope.import(topk_weights, "topk_weights");
+  args.stream = as_stream(stream);
+  DispatchResult r;
+  {
+    py::gil_scoped_release release;
+    r = op->dispatch(args);
+  }
+  const std::shared_ptr<const void> keep = op;
+  py::dict recv;
+  auto put = [&](const char* key, const TensorView& v) {
+    recv[key] = v.defined() ? py::cast(ExportedBuffer(v, keep, raw_bits)) : py::none();
+  };
+  put("recv_x", r.recv_x);
+  put("recv_x_scales", r.recv_x_scales);
+  put("recv_topk_idx", r.recv_topk_idx);
+  put("recv_topk_weights", r.recv_topk_weights);
+  put("recv_src_rank", r.recv_src_rank);
+  put("recv_src_token", r.recv_src_token);
+  put("recv_count_per_local_expert", r.recv_count_per_local_expert);
+  recv["num_recv"] = r.num_recv;
+  return py::make_tuple(recv, r.handle);
+}
+
+void combine(const std::shared_ptr<Op>& op, const Handle& handle, py::object y, py::object out,
+             uintptr_t stream) {
+  ImportScope scope;
+  const TensorView y_view = scope.import(y, "y");
+  const TensorView out_view = scope.import(out, "out");
+  py::gil_scoped_release release;
+  op->combine(handle, y_view, out_view, as_stream(stream));
+}
+
+OpConfig make_config(int num_experts, int hidden, int top_k, int max_tokens_per_rank,
+                     const std::string& dispatch, const std::string& combine, int instance_id) {
+  OpConfig c;
+  c.num_experts = num_experts;
+  c.hidden = hidden;
+  c.topk = top_k;
+  c.max_tokens_per_rank = max_tokens_per_rank;
+  c.dispatch_dtype = parse_dispatch_dtype(dispatch, "dispatch_dtype");
+  c.combine_dtype = parse_combine_dtype(combine, "combine_dtype");
+  c.instance_id = instance_id;
+  return c;
+}
+
+}  // namespace
+}  // namespace moe_ep::python
+
+PYBIND11_MODULE(_C, m) {
+  using namespace moe_ep;
+  using namespace moe_ep::python;
+  m.doc() = "moe-ep compiled module; use the moe_ep package, not this module directly.";
+  register_errors(m);
+
+  m.attr("FP8_BLOCK_SIZE") = kFp8BlockSize;
+  m.attr("MXFP4_BLOCK_SIZE") = kMxfp4BlockSize;
+  m.def("dispatch_dtype_members",
+        [] { return enum_members(kAllDispatchDtypes, static_cast<const char* (*)(DispatchDtype)>(
+                                                         &short_name)); });
+  m.def("combine_dtype_members",
+        [] { return enum_members(kAllCombineDtypes, static_cast<const char* (*)(CombineDtype)>(
+                                                        &short_name)); });
+  m.def("weight_dtype_members", [] {
+    const WeightDtype all[] = {WeightDtype::bf16, WeightDtype::fp8, WeightDtype::fp4};
+    return enum_members(all, &weight_short_name);
+  });
+  m.def("scale_dim", &scale_dim_of, py::arg("dtype"), py::arg("hidden"));
+  m.def("resolve_dtypes", &resolve, py::arg("weight_dtype"), py::arg("dispatch_dtype"),
+        py::arg("combine_dtype"), py::arg("env") = py::none());
+  m.def("process_env", [] { return Knobs::process_env(); });
+  m.def("cuda_backend_built", &cuda_backend_built);
+  m.def("cuda_device_count", &cuda_device_count);
+  m.def("nccl_unique_id", [] { return py::bytes(nccl_unique_id()); });
+
+  py::class_<Communicator, std::shared_ptr<Communicator>>(m, "Communicator")
+      .def_property_readonly("rank", &Communicator::rank)
+      .def_property_readonly("size", &Communicator::size)
+      .def_property_readonly("backend",
+                             [](const Communicator& c) { return to_string(c.backend()); })
+      .def_property_readonly("group_id", &Communicator::group_id)
+      .def("__repr__", [](const Communicator& c) {
+        return "<moe_ep.Communicator " + std::string(to_string(c.backend())) + " rank " +
+               std::to_string(c.rank()) + " of " + std::to_string(c.size()) + ">";
+      });
+  m.def(
+      "make_nccl_communicator",
+      [](py::bytes unique_id, int rank, int world_size, int device) {
+        std::string id = unique_id;
+        py::gil_scoped_release release;  // collective: the other ranks may be threads of ours
+        return make_nccl_communicator(id, rank, world_size, device);
+      },
+      py::arg("unique_id"), py::arg("rank"), py::arg("world_size"), py::arg("device"));
+
+  py::class_<CpuWorld, std::shared_ptr<CpuWorld>>(m, "CpuWorld")
+      .def(py::init([](int world_size, double timeout_s) {
+             return CpuWorld::create(world_size, timeout_s);
+           }),
+           py::arg("world_size"), py::arg("timeout_s") = 0.0)
+      .def_property_readonly("size", &CpuWorld::size)
+      .def("communicator", &CpuWorld::communicator, py::arg("rank"));
+
+  py::class_<Handle>(m, "Handle")
+      .def_readonly("op_uid", &Handle::op_uid)
+      .def_readonly("call_seq", &Handle::call_seq)
+      .def_readonly("num_tokens", &Handle::num_tokens)
+      .def_readonly("num_recv", &Handle::num_recv)
+      .def("__repr__", [](const Handle& h) {
+        return "<moe_ep.Handle op " + std::to_string(h.op_uid) + " call " +
+               std::to_string(h.call_seq) + ", " + std::to_string(h.num_tokens) + " tokens, " +
+               std::to_string(h.num_recv) + " received>";
+      });
+
+  py::class_<ExportedBuffer>(m, "Buffer")
+      .def(
+          "__dlpack__",
+          [](const ExportedBuffer& b, py::object /*stream*/, py::object /*max_version*/,
+             py::object /*dl_device*/, py::object copy) {
+            if (!copy.is_none() && copy.cast<bool>()) {
+              throw py::buffer_error("moe_ep.Buffer: copy=True is not supported; copy after");
+            }
+            return b.dlpack();
+          },
+          py::arg("stream") = py::none(), py::arg("max_version") = py::none(),
+          py::arg("dl_device") = py::none(), py::arg("copy") = py::none())
+      .def("__dlpack_device__", &ExportedBuffer::dlpack_device)
+      .def_property_readonly("__array_interface__", &ExportedBuffer::array_interface)
+      .def_property_readonly("dtype", [](const ExportedBuffer& b) {
+        return to_string(b.view().dtype);
+      })
+      .def("__repr__", [](const ExportedBuffer& b) {
+        return "<moe_ep.Buffer " + b.view().describe() + ">";
+      });
+
+  py::class_<Op, std::shared_ptr<Op>>(m, "Op")
+      .def_property_readonly("config", [](const Op& op) { return config_dict(op.config()); })
+      .def_property_readonly("rank", &Op::rank)
+      .def_property_readonly("world_size", &Op::world_size)
+      .def_property_readonly("backend", [](const Op& op) { return to_string(op.backend()); })
+      .def_property_readonly("uid", &Op::uid)
+      .def("dispatch", &dispatch, py::arg("x"), py::arg("topk_idx"), py::arg("topk_weights"),
+           py::arg("x_scales") = py::none(), py::arg("stream") = 0, py::arg("raw_bits") = false)
+      .def("combine", &combine, py::arg("handle"), py::arg("y"), py::arg("out"),
+           py::arg("stream") = 0)
+      .def(
+          "synchronize",
+          [](Op& op, uintptr_t stream) {
+            py::gil_scoped_release release;
+            op.synchronize(reinterpret_cast<void*>(stream));
+          },
+          py::arg("stream") = 0);
+
+  py::class_<OpCache>(m, "OpCache")
+      .def(py::init<size_t>(), py::arg("capacity") = 4)
+      .def(
+          "get",
+          [](OpCache& cache, const std::shared_ptr<Communicator>& comm, int num_experts,
+             int hidden, int top_k, int max_tokens_per_rank, const std::string& dispatch,
+             const std::string& combine, int instance_id) {
+            if (!comm) throw InvalidArgument("group is None; a communicator is required");
+            const OpConfig config = make_config(num_experts, hidden, top_k, max_tokens_per_rank,
+                                                dispatch, combine, instance_id);
+            py::gil_scoped_release release;  // collective create: other ranks may be threads
+            return cache.get(comm, config);
+          },
+          py::arg("comm"), py::arg("num_experts"), py::arg("hidden"), py::arg("top_k"),
+          py::arg("max_tokens_per_rank"), py::arg("dispatch_dtype"), py::arg("combine_dtype"),
+          py::arg("instance_id"))
+      .def_property_readonly("size", &OpCache::size)
+      .def_property_readonly("capacity", &OpCache::capacity)
+      .def_property_readonly("eviction_log", &OpCache::eviction_log)
+      .def("clear", [](OpCache& cache) {
+        py::gil_scoped_release release;
+        cache.clear();
+      });
+}

@@ -1,0 +1,27 @@
+# Python tests (tests/python, pytest), when the Python package is built (MOE_EP_BUILD_PYTHON):
+#   python_cpu          the CPU-backend suite on numpy arrays (label cpu)
+#   python_gpu          tests/python/test_gpu_*.py on torch tensors; they skip themselves without
+#                       torch or GPUs (label gpu)
+#   python_pip_install  `pip install --no-build-isolation .` into a fresh venv, then an import
+#                       and one CPU dispatch from outside the source tree (label cpu)
+if(NOT MOE_EP_HAVE_PYTHON)
+  return()
+endif()
+
+set(_py_env "PYTHONPATH=${CMAKE_BINARY_DIR}/python" "MOE_EP_VALIDATE=1"
+            "PYTHONDONTWRITEBYTECODE=1")
+add_test(NAME python_cpu
+         COMMAND ${MOE_EP_PYTHON_EXECUTABLE} -m pytest -q -p no:cacheprovider -rs
+                 --ignore-glob=*test_gpu_*.py ${CMAKE_CURRENT_SOURCE_DIR}/python)
+set_tests_properties(python_cpu PROPERTIES LABELS cpu ENVIRONMENT "${_py_env}" TIMEOUT 600)
+
+add_test(NAME python_gpu
+         COMMAND ${MOE_EP_PYTHON_EXECUTABLE} -m pytest -q -p no:cacheprovider -rs -s
+                 ${CMAKE_CURRENT_SOURCE_DIR}/python/test_gpu_torch.py)
+set_tests_properties(python_gpu PROPERTIES LABELS gpu ENVIRONMENT "${_py_env}" TIMEOUT 900)
+
+add_test(NAME python_pip_install
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/python/pip_install_check.sh
+                 ${MOE_EP_PYTHON_EXECUTABLE} ${CMAKE_BINARY_DIR}/pip-check)
+set_tests_properties(python_pip_install PROPERTIES LABELS cpu TIMEOUT 1200
+                     ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1")
