@@ -1,4 +1,4 @@
-# clang_format (label cpu): every tracked *.h *.cc *.cu *.cuh under include/ src/ tools/ tests/
+# clang_format (label cpu): every tracked *.h *.cc *.cu *.cuh under include/ src/ tools/ tests/ python/
 # examples/ bench/ must be formatted as .clang-format says (`clang-format --dry-run -Werror`).
 # The test fails listing the offending files; scripts/format fixes them.
 #
@@ -24,7 +24,7 @@ if(NOT CMAKE_SCRIPT_MODE_FILE)
 endif()
 
 # Script mode: SOURCE_DIR, CLANG_FORMAT and (optional) GIT are given with -D.
-set(dirs include src tools tests examples bench)
+set(dirs include src tools tests examples bench python)
 set(files "")
 if(GIT)
   execute_process(COMMAND ${GIT} -C ${SOURCE_DIR} ls-files -- ${dirs}

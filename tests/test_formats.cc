@@ -220,6 +220,21 @@ TEST(Fp8Block, AmaxTwo) {
   EXPECT_EQ(row.scales[1], 1.0f);
 }
 
+TEST(Fp8Block, SignallingNaNIsSkippedByAmaxLikeAnyNaN) {
+  // glibc's fmaxf(2, sNaN) is NaN, after which fmaxf(NaN, 1) = 1 would forget the 2; the GPU's
+  // max skips the sNaN. amax must be 2 on both: element 0 keeps code 0x7e (448 = 2 * 224).
+  for (const uint16_t nan_bits : {uint16_t{0x7f81}, uint16_t{0xffc0}}) {
+    Row<Fp8BlockWire> row(kHidden);
+    for (int i = 0; i < kHidden; ++i) row.x[i] = bf(1.0f);
+    row.x[0] = bf(2.0f);
+    row.x[64] = nan_bits;
+    row.run();
+    EXPECT_EQ(row.scales[0], 0x1.24924ap-8f) << std::hex << nan_bits;  // fl(2 / 448)
+    EXPECT_EQ(row.payload[0], 0x7e) << std::hex << nan_bits;
+    EXPECT_EQ(row.payload[64] & 0x7f, 0x7f) << std::hex << nan_bits;  // NaN stays NaN
+  }
+}
+
 TEST(Fp8Block, SubnormalsAtScaleOne) {
   // amax 448: inv = 1, scale = 1, so codes are plain e4m3 roundings of the inputs.
   Row<Fp8BlockWire> row(kHidden);

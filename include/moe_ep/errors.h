@@ -9,8 +9,8 @@
 namespace moe_ep {
 
 enum class ErrorCode {
-  kInvalidArgument,  // a value the caller passed breaks a rule; nothing was changed
-  kInvalidUsage,     // a call out of order (stale handle, poisoned op); nothing was changed
+  kInvalidArgument,  // a value the caller passed breaks a rule (incl. a stale or foreign handle)
+  kInvalidUsage,     // a call on an op that a poisoning error made unusable
   kTimeout,          // a bounded wait expired (peer missing or dead)
   kRemoteError,      // another rank failed during a collective call
   kCudaError,        // a CUDA runtime or kernel error

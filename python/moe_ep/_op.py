@@ -155,7 +155,7 @@ class Op:
 # ---- communicators and the op cache ---------------------------------------------------------
 
 _lock = threading.Lock()
-_caches = {}          # cache key -> _C.OpCache
+_caches = {}          # cache key -> (_C.OpCache, lock serialising its get and clear)
 _torch_comms = {}     # (id(group), device) -> (group, communicator)
 _wrappers = weakref.WeakValueDictionary()  # op uid -> Op
 
@@ -203,11 +203,14 @@ def get_op(group, num_experts: int, top_k: int, hidden: int, max_tokens_per_rank
     comm, key = _communicator(group)
     res = resolve_dtypes(weight_dtype, dispatch_dtype, combine_dtype, stacklevel=3)
     with _lock:
-        cache = _caches.get(key)
-        if cache is None:
-            cache = _caches[key] = _C.OpCache(4)
-    raw = cache.get(comm, int(num_experts), int(hidden), int(top_k), int(max_tokens_per_rank),
-                    res.dispatch.value, res.combine.value, int(instance_id))
+        entry = _caches.get(key)
+        if entry is None:
+            entry = _caches[key] = (_C.OpCache(4), threading.Lock())
+    cache, cache_lock = entry
+    with cache_lock:  # the C++ cache is one rank's and not thread-safe; see clear_op_cache
+        raw = cache.get(comm, int(num_experts), int(hidden), int(top_k),
+                        int(max_tokens_per_rank), res.dispatch.value, res.combine.value,
+                        int(instance_id))
     with _lock:
         op = _wrappers.get(raw.uid)
         if op is None:
@@ -217,17 +220,28 @@ def get_op(group, num_experts: int, top_k: int, hidden: int, max_tokens_per_rank
 
 
 def clear_op_cache() -> None:
-    """Drops every cached op (each is released when the last reference to it goes)."""
+    """Drops every cached op of this process (each is released when the last reference goes).
+
+    With CPU ranks as threads this clears every rank's cache: call it from one rank or from all,
+    but while no rank is inside get_op (e.g. between barriers), since a clear waits for a get
+    of the same cache and a get may be waiting for the other ranks to join its collective.
+    """
     with _lock:
-        caches = list(_caches.values())
-    for cache in caches:
-        cache.clear()
+        entries = list(_caches.values())
+    for cache, cache_lock in entries:
+        with cache_lock:
+            cache.clear()
 
 
 def op_cache_info() -> dict:
     """{cache key: (size, capacity, eviction log)} for each cache of this process."""
     with _lock:
-        return {k: (c.size, c.capacity, list(c.eviction_log)) for k, c in _caches.items()}
+        entries = dict(_caches)
+    info = {}
+    for key, (cache, cache_lock) in entries.items():
+        with cache_lock:
+            info[key] = (cache.size, cache.capacity, list(cache.eviction_log))
+    return info
 
 
 __all__ = ["DispatchOutput", "Op", "get_op", "clear_op_cache", "op_cache_info",

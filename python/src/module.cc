@@ -57,7 +57,8 @@ void register_errors(py::module_& m) {
       {ErrorCode::kRemoteError, "RemoteError", PyExc_RuntimeError,
        "Another rank failed during a collective call; the op is poisoned."},
       {ErrorCode::kCudaError, "CudaError", PyExc_RuntimeError, "A CUDA error; the op is poisoned."},
-      {ErrorCode::kNcclError, "NcclError", PyExc_RuntimeError, "An NCCL error; the op is poisoned."},
+      {ErrorCode::kNcclError, "NcclError", PyExc_RuntimeError,
+       "An NCCL error; the op is poisoned."},
       {ErrorCode::kInternal, "InternalError", PyExc_RuntimeError,
        "A broken invariant inside moe-ep; the op is poisoned."},
   };
@@ -149,8 +150,7 @@ py::dict config_dict(const OpConfig& c) {
 void* as_stream(uintptr_t stream) { return reinterpret_cast<void*>(stream); }
 
 py::tuple dispatch(const std::shared_ptr<Op>& op, py::object x, py::object topk_idx,
-                   py::object topk_weights, py::object x_scales, uintptr_t stream,
-                   bool raw_bits) {
+                   py::object topk_weights, py::object x_scales, uintptr_t stream, bool raw_bits) {
   const OpConfig& config = op->config();
   const ScalarType x_byte = config.dispatch_dtype == DispatchDtype::fp8   ? ScalarType::kFloat8E4M3
                             : config.dispatch_dtype == DispatchDtype::fp4 ? ScalarType::kFloat4E2M1
@@ -218,12 +218,13 @@ PYBIND11_MODULE(_C, m) {
 
   m.attr("FP8_BLOCK_SIZE") = kFp8BlockSize;
   m.attr("MXFP4_BLOCK_SIZE") = kMxfp4BlockSize;
-  m.def("dispatch_dtype_members",
-        [] { return enum_members(kAllDispatchDtypes, static_cast<const char* (*)(DispatchDtype)>(
-                                                         &short_name)); });
-  m.def("combine_dtype_members",
-        [] { return enum_members(kAllCombineDtypes, static_cast<const char* (*)(CombineDtype)>(
-                                                        &short_name)); });
+  m.def("dispatch_dtype_members", [] {
+    return enum_members(kAllDispatchDtypes,
+                        static_cast<const char* (*)(DispatchDtype)>(&short_name));
+  });
+  m.def("combine_dtype_members", [] {
+    return enum_members(kAllCombineDtypes, static_cast<const char* (*)(CombineDtype)>(&short_name));
+  });
   m.def("weight_dtype_members", [] {
     const WeightDtype all[] = {WeightDtype::bf16, WeightDtype::fp8, WeightDtype::fp4};
     return enum_members(all, &weight_short_name);
@@ -288,12 +289,10 @@ PYBIND11_MODULE(_C, m) {
           py::arg("dl_device") = py::none(), py::arg("copy") = py::none())
       .def("__dlpack_device__", &ExportedBuffer::dlpack_device)
       .def_property_readonly("__array_interface__", &ExportedBuffer::array_interface)
-      .def_property_readonly("dtype", [](const ExportedBuffer& b) {
-        return to_string(b.view().dtype);
-      })
-      .def("__repr__", [](const ExportedBuffer& b) {
-        return "<moe_ep.Buffer " + b.view().describe() + ">";
-      });
+      .def_property_readonly("dtype",
+                             [](const ExportedBuffer& b) { return to_string(b.view().dtype); })
+      .def("__repr__",
+           [](const ExportedBuffer& b) { return "<moe_ep.Buffer " + b.view().describe() + ">"; });
 
   py::class_<Op, std::shared_ptr<Op>>(m, "Op")
       .def_property_readonly("config", [](const Op& op) { return config_dict(op.config()); })
@@ -317,8 +316,8 @@ PYBIND11_MODULE(_C, m) {
       .def(py::init<size_t>(), py::arg("capacity") = 4)
       .def(
           "get",
-          [](OpCache& cache, const std::shared_ptr<Communicator>& comm, int num_experts,
-             int hidden, int top_k, int max_tokens_per_rank, const std::string& dispatch,
+          [](OpCache& cache, const std::shared_ptr<Communicator>& comm, int num_experts, int hidden,
+             int top_k, int max_tokens_per_rank, const std::string& dispatch,
              const std::string& combine, int instance_id) {
             if (!comm) throw InvalidArgument("group is None; a communicator is required");
             const OpConfig config = make_config(num_experts, hidden, top_k, max_tokens_per_rank,

@@ -100,8 +100,11 @@ TensorView import_array_interface(py::handle obj, const char* name, ScalarType o
   }
   const char kind = typestr[1];
   const int bits = 8 * std::stoi(typestr.substr(2));
-  t.dtype = {kind == 'f' ? uint8_t(kDlFloat) : kind == 'i' ? uint8_t(kDlInt)
-             : kind == 'u' ? uint8_t(kDlUInt) : kind == 'b' ? uint8_t(kDlBool) : uint8_t(255),
+  t.dtype = {kind == 'f'   ? uint8_t(kDlFloat)
+             : kind == 'i' ? uint8_t(kDlInt)
+             : kind == 'u' ? uint8_t(kDlUInt)
+             : kind == 'b' ? uint8_t(kDlBool)
+                           : uint8_t(255),
              static_cast<uint8_t>(bits), 1};
   const ScalarType dtype = map_dtype(t.dtype, name, one_byte);
   std::array<int64_t, 2> dims{1, 1};
@@ -146,12 +149,14 @@ TensorView ImportScope::import(py::handle obj, const char* name, ScalarType one_
   } else if (py::hasattr(obj, "__array_interface__")) {
     return import_array_interface(obj, name, one_byte);
   } else {
-    throw InvalidArgument(std::string(name) + ": expected a tensor (torch.Tensor, numpy array or "
+    throw InvalidArgument(std::string(name) +
+                          ": expected a tensor (torch.Tensor, numpy array or "
                           "DLPack capsule), got " +
                           std::string(py::str(py::type::handle_of(obj).attr("__name__"))));
   }
   if (!PyCapsule_IsValid(capsule.ptr(), kDlCapsuleName)) {
-    throw InvalidArgument(std::string(name) + ": the DLPack capsule was already consumed or is "
+    throw InvalidArgument(std::string(name) +
+                          ": the DLPack capsule was already consumed or is "
                           "not an unversioned \"dltensor\" capsule");
   }
   auto* managed =
@@ -240,8 +245,9 @@ py::dict ExportedBuffer::array_interface() const {
   py::dict ai;
   ai["version"] = 3;
   ai["typestr"] = typestr;
-  ai["shape"] = view_.ndim == 2 ? py::make_tuple(view_.shape[0], view_.shape[1])
-                                : py::make_tuple(view_.shape[0]);
+  py::tuple shape = view_.ndim == 2 ? py::tuple(py::make_tuple(view_.shape[0], view_.shape[1]))
+                                    : py::tuple(py::make_tuple(view_.shape[0]));
+  ai["shape"] = shape;
   ai["data"] = py::make_tuple(reinterpret_cast<uintptr_t>(data), false);
   ai["strides"] = py::none();
   return ai;

@@ -40,7 +40,7 @@ struct Fp8BlockWire {
     float inv = 1.0f;     // encode multiplier, 448 / amax
   };
   MOE_EP_HD static Params block_params(float amax, bool) {
-    // amax comes from fmaxf, so it skips NaN but keeps Inf. amax == Inf gives scale Inf and
+    // amax comes from max_skip_nan, so it skips NaN (quiet or signalling) but keeps Inf. amax == Inf gives scale Inf and
     // inv 0: finite values encode to 0 and decode to 0 * Inf = NaN, Inf/NaN encode to NaN, so
     // the whole block decodes to NaN. When 448/amax overflows (amax < 448/FLT_MAX, ~1.3e-36)
     // inv is clamped to FLT_MAX so that zeros stay zeros (docs/formats.md).

@@ -7,7 +7,7 @@
 #include <cuda_fp4.h>
 #include <cuda_fp8.h>
 
-#include <cmath>  // fmaxf on the host
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -45,8 +45,10 @@ MOE_EP_HD float bits_float(uint32_t u) {
 MOE_EP_HD bool is_nan(float x) { return (float_bits(x) & 0x7fffffffu) > 0x7f800000u; }
 MOE_EP_HD bool is_finite(float x) { return (float_bits(x) & 0x7f800000u) != 0x7f800000u; }
 MOE_EP_HD float abs_f(float x) { return bits_float(float_bits(x) & 0x7fffffffu); }
-// fmaxf semantics: a NaN operand is skipped.
-MOE_EP_HD float max_skip_nan(float a, float b) { return fmaxf(a, b); }
+// max(a, b) where a is never NaN and a NaN b is skipped. Written as a comparison rather than
+// fmaxf: glibc's fmaxf returns NaN for a signalling-NaN operand (IEEE 754-2008 maxNum), which
+// would make the host forget the running maximum while the GPU's max.f32 skips it.
+MOE_EP_HD float max_skip_nan(float a, float b) { return b > a ? b : a; }
 
 MOE_EP_HD float bf16_to_float(uint16_t b) { return bits_float(static_cast<uint32_t>(b) << 16); }
 

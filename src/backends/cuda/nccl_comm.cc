@@ -85,8 +85,8 @@ std::shared_ptr<Communicator> make_nccl_communicator(const std::string& unique_i
   MOE_EP_CHECK_ARG(unique_id.size() == sizeof(ncclUniqueId), "unique_id has ", unique_id.size(),
                    " bytes; an NCCL unique id has ", sizeof(ncclUniqueId));
   MOE_EP_CHECK_ARG(world_size >= 1, "world_size=", world_size, " must be >= 1");
-  MOE_EP_CHECK_ARG(rank >= 0 && rank < world_size, "rank=", rank, " must be in [0, world_size=",
-                   world_size, ")");
+  MOE_EP_CHECK_ARG(rank >= 0 && rank < world_size, "rank=", rank,
+                   " must be in [0, world_size=", world_size, ")");
   const int count = cuda_device_count();
   MOE_EP_CHECK_ARG(device >= 0 && device < count, "device=", device, " is not a visible CUDA ",
                    "device (", count, " visible)");

@@ -1,0 +1,303 @@
+"""Plain-numpy reference of the moe-ep contract, independent of the library under test.
+
+This module re-implements, from the definitions in DESIGN sections 1-4 and docs/formats.md, the
+scalar conversions (bf16 <-> float32 with round-to-nearest-even and NaN -> 0x7fc0, OCP e4m3 with
+saturation to 448 and ties to the even code, OCP e2m1 saturating at 6, e8m0), the per-row wire
+formats (fp8 blockwise with the FLT_MAX clamp of the encode multiplier, fp8 direct cast with
+Inf -> NaN, mxfp4 with the OCP MX scale rule and the NaN scale byte for non-finite blocks), and
+the dispatch and combine semantics of the CPU backend (canonical row order, local expert ids,
+rows counted once per distinct local expert, fp32 sums in ascending destination rank order
+rounded once to bf16). It never calls into moe_ep, so the tests compare two independent
+implementations; the codecs were checked bit for bit against src/formats/codecs.h on millions of
+random and edge values (ties, subnormals, 448/464, NaN, Inf, zero and tiny blocks). numpy has no
+bf16 or fp8 types: bf16 is carried as uint16 bit patterns and e4m3/e2m1/e8m0 codes as uint8,
+exactly as the Python package carries them. A NaN is skipped by amax as the contract says; the
+tests never feed signalling NaNs, which glibc's fmaxf does not skip.
+"""
+
+import numpy as np
+
+FP8_BLOCK = 128
+MXFP4_BLOCK = 32
+E4M3_MAX = np.float32(448.0)
+E4M3_NAN = 0x7F
+E8M0_NAN = 0xFF
+E8M0_ONE = 127
+BF16_NAN = 0x7FC0
+FLT_MAX = np.float32(np.finfo(np.float32).max)
+
+# Wire format names: "fp8" is fp8 blockwise on either leg.
+FORMATS = ("bf16", "fp8", "fp8_direct_cast", "fp4")
+DISPATCH_DTYPES = ("bf16", "fp8", "fp4")
+COMBINE_DTYPES = ("bf16", "fp8", "fp8_direct_cast")
+
+
+# ---------------------------------------------------------------------------------------------
+# bf16
+
+def bf16_to_f32(b):
+    """uint16 bf16 bit patterns -> float32 (exact)."""
+    b = np.asarray(b, dtype=np.uint16)
+    return (b.astype(np.uint32) << np.uint32(16)).view(np.float32)
+
+
+def f32_to_bf16(x):
+    """float32 -> uint16 bf16, round to nearest even; every NaN becomes 0x7fc0."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    u = x.view(np.uint32).astype(np.uint64)
+    lsb = (u >> np.uint64(16)) & np.uint64(1)
+    r = ((u + np.uint64(0x7FFF) + lsb) >> np.uint64(16)).astype(np.uint16)
+    return np.where(np.isnan(x), np.uint16(BF16_NAN), r).astype(np.uint16)
+
+
+# ---------------------------------------------------------------------------------------------
+# Narrow element types
+
+def _e4m3_magnitudes():
+    """float64 value of every e4m3 code 0x00..0x7f (0x7f, NaN, as nan)."""
+    vals = np.empty(128, dtype=np.float64)
+    for code in range(128):
+        e, m = code >> 3, code & 7
+        vals[code] = m * 2.0 ** -9 if e == 0 else 2.0 ** (e - 7) * (1 + m / 8)
+    vals[0x7F] = np.nan
+    return vals
+
+
+_E4M3_MAG = _e4m3_magnitudes()
+_E4M3_FINITE = _E4M3_MAG[:0x7F]                        # codes 0..0x7e, increasing, max 448
+_E4M3_MIDS = (_E4M3_FINITE[:-1] + _E4M3_FINITE[1:]) / 2  # exact in float64
+E4M3_TABLE = np.concatenate([_E4M3_MAG, -_E4M3_MAG]).astype(np.float32)  # code -> value
+
+_E2M1_FINITE = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6], dtype=np.float64)
+_E2M1_MIDS = (_E2M1_FINITE[:-1] + _E2M1_FINITE[1:]) / 2
+E2M1_TABLE = np.concatenate([_E2M1_FINITE, -_E2M1_FINITE]).astype(np.float32)
+
+
+def _round_to_grid(a, grid, mids):
+    """Code (index into `grid`) of |a| rounded to nearest, ties to the even code, saturating.
+
+    a: float64 magnitudes, not NaN. grid is increasing, starts at 0 and its codes are the
+    indices, so "even" is the index parity. Beyond the last midpoint everything saturates to
+    the last code (Inf included).
+    """
+    k = np.searchsorted(mids, a, side="left")  # number of midpoints strictly below a
+    kc = np.minimum(k, len(mids) - 1)
+    tie = (k < len(mids)) & (a == mids[kc])
+    # At a tie between codes k and k+1 the even one wins.
+    return np.where(tie & (k % 2 == 1), k + 1, k)
+
+
+def _sign_bit(x):
+    return (np.ascontiguousarray(x, dtype=np.float32).view(np.uint32) >> np.uint32(31)) != 0
+
+
+def e4m3_encode(x):
+    """float32 -> e4m3 code, RNE, saturating to +-448 (Inf too); NaN -> 0x7f."""
+    x = np.asarray(x, dtype=np.float32)
+    nan = np.isnan(x)
+    a = np.abs(np.where(nan, 0, x)).astype(np.float64)
+    code = _round_to_grid(a, _E4M3_FINITE, _E4M3_MIDS).astype(np.uint8)
+    code = code | np.where(_sign_bit(x), 0x80, 0).astype(np.uint8)
+    return np.where(nan, np.uint8(E4M3_NAN), code).astype(np.uint8)
+
+
+def e4m3_decode(q):
+    """e4m3 code -> float32 (0x7f and 0xff are NaN)."""
+    return E4M3_TABLE[np.asarray(q, dtype=np.uint8)]
+
+
+def e2m1_encode(x, nan_code=0x7):
+    """float32 -> e2m1 code (0..15), RNE, saturating to +-6.
+
+    e2m1 has no NaN; the CUDA header's conversion writes 0x7 for a NaN of either sign (checked
+    against the C++ codecs), the default `nan_code`.
+    """
+    x = np.asarray(x, dtype=np.float32)
+    nan = np.isnan(x)
+    a = np.abs(np.where(nan, 0, x)).astype(np.float64)
+    code = _round_to_grid(a, _E2M1_FINITE, _E2M1_MIDS).astype(np.uint8)
+    code = code | np.where(_sign_bit(x), 0x8, 0).astype(np.uint8)
+    return np.where(nan, np.uint8(nan_code), code).astype(np.uint8)
+
+
+def e2m1_decode(q):
+    """e2m1 code (low 4 bits) -> float32."""
+    return E2M1_TABLE[np.asarray(q, dtype=np.uint8) & 0xF]
+
+
+def e8m0_decode(b):
+    """e8m0 byte -> float32 2^(b-127); 0 is 2^-127, 0xff is NaN."""
+    b = np.asarray(b, dtype=np.uint8)
+    with np.errstate(over="ignore"):
+        v = np.ldexp(np.float64(1.0), b.astype(np.int64) - 127).astype(np.float32)
+    return np.where(b == E8M0_NAN, np.float32(np.nan), v).astype(np.float32)
+
+
+def floor_log2(a):
+    """floor(log2(a)) for finite a > 0 (subnormals included), as int64."""
+    _, e = np.frexp(np.asarray(a, dtype=np.float64))  # a = m * 2^e, m in [0.5, 1)
+    return e.astype(np.int64) - 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Row formats. x: [N, H] uint16 bf16 bits. encode -> (payload, scales or None).
+
+def _blocks(x_u16, block):
+    x = bf16_to_f32(np.ascontiguousarray(x_u16, dtype=np.uint16))
+    n, h = x.shape
+    xb = x.reshape(n, h // block, block)
+    # fmaxf from 0.0f over |x_i|: NaN skipped, Inf kept.
+    amax = np.fmax.reduce(np.abs(xb), axis=2, initial=np.float32(0)).astype(np.float32)
+    return xb, amax
+
+
+def encode(fmt, x_u16):
+    """Encode rows of bf16 bits in wire format `fmt` (one of FORMATS)."""
+    x_u16 = np.ascontiguousarray(x_u16, dtype=np.uint16)
+    n, h = x_u16.shape
+    if fmt == "bf16":
+        return x_u16.copy(), None
+    if fmt == "fp8_direct_cast":
+        x = bf16_to_f32(x_u16)
+        q = np.where(np.isfinite(x), e4m3_encode(x), np.uint8(E4M3_NAN))
+        return q.astype(np.uint8), None
+    if fmt == "fp8":
+        xb, amax = _blocks(x_u16, FP8_BLOCK)
+        zero = amax == 0
+        with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+            scale = np.where(zero, np.float32(1), amax / E4M3_MAX).astype(np.float32)
+            inv = (E4M3_MAX / np.where(zero, np.float32(1), amax)).astype(np.float32)
+            inv = np.where(zero, np.float32(1), inv)
+            inv = np.where(np.isfinite(inv), inv, FLT_MAX).astype(np.float32)
+            prod = (xb * inv[:, :, None]).astype(np.float32)
+        return e4m3_encode(prod).reshape(n, h), scale
+    if fmt == "fp4":
+        xb, amax = _blocks(x_u16, MXFP4_BLOCK)
+        nonfinite = ~np.isfinite(xb).all(axis=2)
+        zero = amax == 0
+        safe = np.where(zero | nonfinite, np.float32(1), amax)
+        e = np.clip(floor_log2(safe) - 2, -127, 127)
+        stored = np.where(nonfinite, E8M0_NAN, np.where(zero, E8M0_ONE, e + 127)).astype(np.uint8)
+        inv = np.where(nonfinite, np.float32(0),
+                       np.where(zero, np.float32(1),
+                                np.ldexp(np.float64(1.0), -e).astype(np.float32)))
+        with np.errstate(invalid="ignore"):
+            prod = (xb * inv.astype(np.float32)[:, :, None]).astype(np.float32)
+        codes = e2m1_encode(prod).reshape(n, h)
+        payload = (codes[:, 0::2] | (codes[:, 1::2] << 4)).astype(np.uint8)
+        return payload, stored
+    raise ValueError(f"unknown format {fmt!r}")
+
+
+def decode(fmt, payload, scales):
+    """Decode rows of wire format `fmt` to float32 [N, H]."""
+    if fmt == "bf16":
+        return bf16_to_f32(payload)
+    if fmt == "fp8_direct_cast":
+        return e4m3_decode(payload)
+    if fmt == "fp8":
+        q = e4m3_decode(payload)
+        n, h = q.shape
+        s = np.asarray(scales, dtype=np.float32)
+        with np.errstate(invalid="ignore", over="ignore"):
+            out = q.reshape(n, h // FP8_BLOCK, FP8_BLOCK) * s[:, :, None]
+        return out.astype(np.float32).reshape(n, h)
+    if fmt == "fp4":
+        p = np.asarray(payload, dtype=np.uint8)
+        n, half = p.shape
+        codes = np.empty((n, 2 * half), dtype=np.uint8)
+        codes[:, 0::2] = p & 0xF
+        codes[:, 1::2] = p >> 4
+        v = e2m1_decode(codes).reshape(n, -1, MXFP4_BLOCK)
+        with np.errstate(invalid="ignore", over="ignore"):
+            out = v * e8m0_decode(scales)[:, :, None]
+        return out.astype(np.float32).reshape(n, 2 * half)
+    raise ValueError(f"unknown format {fmt!r}")
+
+
+def scale_dim(fmt, hidden):
+    return {"bf16": 0, "fp8_direct_cast": 0, "fp8": hidden // FP8_BLOCK,
+            "fp4": hidden // MXFP4_BLOCK}[fmt]
+
+
+# ---------------------------------------------------------------------------------------------
+# Dispatch and combine
+
+def routes(topk_idx, num_experts, world_size):
+    """goes[t, r]: token t has an unmasked slot naming an expert of rank r."""
+    idx = np.asarray(topk_idx, dtype=np.int64)
+    epr = num_experts // world_size
+    owner = np.where(idx >= 0, idx // epr, -1)
+    return (owner[:, :, None] == np.arange(world_size)[None, None, :]).any(axis=1)
+
+
+def dispatch(inputs, num_experts, dispatch_dtype):
+    """Reference dispatch for every rank.
+
+    inputs: list over source ranks of dicts with x ([T, H] bf16 uint16, or the pre-quantized
+    payload), x_scales (None unless pre-quantized), topk_idx [T, K] int32, topk_weights
+    [T, K] float32. Returns, per destination rank, a dict with recv_x, recv_x_scales,
+    recv_topk_idx, recv_topk_weights, recv_src_rank, recv_src_token,
+    recv_count_per_local_expert and num_recv.
+    """
+    w = len(inputs)
+    epr = num_experts // w
+    wire = []  # per source rank: (payload, scales) of every token
+    for inp in inputs:
+        if inp.get("x_scales") is not None:
+            wire.append((np.asarray(inp["x"]), np.asarray(inp["x_scales"])))
+        else:
+            wire.append(encode(dispatch_dtype, inp["x"]))
+    goes = [routes(inp["topk_idx"], num_experts, w) for inp in inputs]
+    k = np.asarray(inputs[0]["topk_idx"]).shape[1]
+    outputs = []
+    for r in range(w):
+        pay, sca, idx, wts, src_r, src_t = [], [], [], [], [], []
+        for s, inp in enumerate(inputs):
+            toks = np.nonzero(goes[s][:, r])[0]
+            pay.append(wire[s][0][toks])
+            if wire[s][1] is not None:
+                sca.append(wire[s][1][toks])
+            slots = np.asarray(inp["topk_idx"], dtype=np.int32)[toks]
+            mine = (slots >= 0) & (slots // epr == r)
+            idx.append(np.where(mine, slots - r * epr, -1).astype(np.int32))
+            wts.append(np.asarray(inp["topk_weights"], dtype=np.float32)[toks])
+            src_r.append(np.full(len(toks), s, dtype=np.int32))
+            src_t.append(toks.astype(np.int32))
+        recv_idx = np.concatenate(idx).reshape(-1, k)
+        counts = np.zeros(epr, dtype=np.int32)
+        for e in range(epr):
+            counts[e] = int((recv_idx == e).any(axis=1).sum())  # once per row
+        outputs.append({
+            "recv_x": np.concatenate(pay),
+            "recv_x_scales": np.concatenate(sca) if sca else None,
+            "recv_topk_idx": recv_idx,
+            "recv_topk_weights": np.concatenate(wts).reshape(-1, k),
+            "recv_src_rank": np.concatenate(src_r),
+            "recv_src_token": np.concatenate(src_t),
+            "recv_count_per_local_expert": counts,
+            "num_recv": len(recv_idx),
+        })
+    return outputs
+
+
+def combine(ys, recv, num_tokens, combine_dtype):
+    """Reference combine for every source rank.
+
+    ys: per destination rank r, [R_r, H] bf16 uint16 (row i = partial result of received row i).
+    recv: the dispatch reference outputs (for recv_src_rank / recv_src_token).
+    num_tokens: T_s per source rank. Returns per source rank [T_s, H] bf16 uint16.
+    """
+    w = len(ys)
+    h = np.asarray(ys[0]).shape[1]
+    sums = [np.zeros((t, h), dtype=np.float32) for t in num_tokens]
+    for r in range(w):  # ascending destination rank: the order of the fp32 sum
+        y = np.ascontiguousarray(ys[r], dtype=np.uint16).reshape(-1, h)
+        payload, scales = encode(combine_dtype, y)
+        with np.errstate(invalid="ignore", over="ignore"):
+            dec = decode(combine_dtype, payload, scales)
+            for s in range(w):
+                rows = np.nonzero(recv[r]["recv_src_rank"] == s)[0]
+                toks = recv[r]["recv_src_token"][rows]
+                sums[s][toks] = sums[s][toks] + dec[rows]  # tokens are distinct per r
+    return [f32_to_bf16(acc) for acc in sums]
