@@ -4,11 +4,12 @@
 //
 //   control:  counts    [2 parities][W src][W dst]   uint64 {seq << 32 | rows s -> d}
 //             experts   [2 parities][W src][E/W]     uint64 {seq << 32 | rows naming local e}
-//             done      [2 legs][W src]              uint64 seq, release-stored by the sender
+//             done      [W src]                      uint64 seq: src's dispatch rows landed
 //   dispatch: payload [W*Tmax][payload_bytes], scales [W*Tmax][scale_bytes],
 //             topk_idx [W*Tmax][K] int32, topk_weights [W*Tmax][K] fp32,
 //             src_rank [W*Tmax] int32, src_token [W*Tmax] int32
 //   combine:  rows [W src][Tmax][payload_bytes + scale_bytes]  (source rank r's row for token t)
+//             row-ready flags [W src][Tmax] uint64
 // Every region starts on a 256-byte boundary; rows are whole 16-byte units (H % 8 == 0).
 #pragma once
 
@@ -51,7 +52,7 @@ struct BufferLayout {
     const int64_t base = experts_offset(0, 0, 0) + align_up(8LL * 2 * world_size * local_experts);
     return base + 8 * (static_cast<int64_t>(leg) * world_size + src);
   }
-  MOE_EP_HD int64_t control_bytes() const { return align_up(done_offset(2, 0)); }
+  MOE_EP_HD int64_t control_bytes() const { return align_up(done_offset(1, 0)); }
 
   // dispatch region
   MOE_EP_HD int64_t recv_payload_offset(int64_t row) const {
@@ -78,7 +79,13 @@ struct BufferLayout {
     const int64_t base = align_up(recv_src_token_offset(max_recv_rows()));
     return base + (static_cast<int64_t>(src) * max_tokens + token) * combine_row_bytes;
   }
-  MOE_EP_HD int64_t total_bytes() const { return align_up(combine_row_offset(world_size, 0)); }
+  // Row-ready flags of combine: source rank r's row for token t has landed once the word at
+  // combine_flag_offset(r, t) equals the combine's sequence number ([W src][Tmax] x 8 bytes).
+  MOE_EP_HD int64_t combine_flag_offset(int src, int64_t token) const {
+    const int64_t base = align_up(combine_row_offset(world_size, 0));
+    return base + 8 * (static_cast<int64_t>(src) * max_tokens + token);
+  }
+  MOE_EP_HD int64_t total_bytes() const { return align_up(combine_flag_offset(world_size, 0)); }
 };
 
 }  // namespace moe_ep

@@ -6,6 +6,7 @@
 // exceptions; Timeout and the other poisoning errors make the op unusable.
 #include <nccl.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <string>
@@ -74,6 +75,7 @@ class CudaOp final : public Op {
   uint64_t uid_;
   int device_;
   int num_blocks_ = 0;
+  int combine_blocks_ = 0;  // num_blocks_ capped at what is co-resident (combine.cuh)
   BufferLayout layout_;
   void* buffer_ = nullptr;  // symmetric, layout_.total_bytes()
   ncclWindow_t window_ = nullptr;
@@ -81,7 +83,7 @@ class CudaOp final : public Op {
   int32_t* pos_ = nullptr;                // [W, max_tokens]
   int32_t* send_offset_ = nullptr;        // [W]
   int32_t* recv_expert_count_ = nullptr;  // [E / W]
-  unsigned int* counters_ = nullptr;      // [2]: dispatch, combine block counters
+  unsigned int* counters_ = nullptr;      // [1]: the dispatch kernel's block counter
   int32_t* error_flag_ = nullptr;         // device copy of the error code (ErrorSink::flag)
   cudaEvent_t notified_ = nullptr;        // recorded after notify: num_recv is then known
   HostShared* host_ = nullptr;            // mapped
@@ -112,6 +114,12 @@ CudaOp::CudaOp(std::shared_ptr<NcclCommunicator> comm, const OpConfig& config)
   int sms = 0;
   MOE_EP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device_));
   num_blocks_ = Knobs::get().num_sms > 0 ? Knobs::get().num_sms : sms * kDefaultBlocksPerSm;
+  const int coresident = combine_max_coresident_blocks(config.combine_dtype, device_);
+  MOE_EP_CHECK_INTERNAL(coresident > 0, "combine kernel occupancy query failed on device ",
+                        device_);
+  combine_blocks_ = std::min(num_blocks_, coresident);
+  log(LogLevel::kDebug, detail::concat("cuda op: ", num_blocks_, " data blocks, combine ",
+                                       combine_blocks_, " (", coresident, " co-resident)"));
 
   const size_t bytes = static_cast<size_t>(layout_.total_bytes());
   MOE_EP_NCCL_CHECK(ncclMemAlloc(&buffer_, bytes));
@@ -122,8 +130,8 @@ CudaOp::CudaOp(std::shared_ptr<NcclCommunicator> comm, const OpConfig& config)
   MOE_EP_CUDA_CHECK(cudaMalloc(&pos_, sizeof(int32_t) * world * config.max_tokens_per_rank));
   MOE_EP_CUDA_CHECK(cudaMalloc(&send_offset_, sizeof(int32_t) * world));
   MOE_EP_CUDA_CHECK(cudaMalloc(&recv_expert_count_, sizeof(int32_t) * layout_.local_experts));
-  MOE_EP_CUDA_CHECK(cudaMalloc(&counters_, 2 * sizeof(unsigned int)));
-  MOE_EP_CUDA_CHECK(cudaMemset(counters_, 0, 2 * sizeof(unsigned int)));
+  MOE_EP_CUDA_CHECK(cudaMalloc(&counters_, sizeof(unsigned int)));
+  MOE_EP_CUDA_CHECK(cudaMemset(counters_, 0, sizeof(unsigned int)));
   MOE_EP_CUDA_CHECK(cudaMalloc(&error_flag_, sizeof(int32_t)));
   MOE_EP_CUDA_CHECK(cudaMemset(error_flag_, 0, sizeof(int32_t)));
   MOE_EP_CUDA_CHECK(cudaEventCreateWithFlags(&notified_, cudaEventDisableTiming));
@@ -397,13 +405,12 @@ void CudaOp::combine(const Handle& handle, const TensorView& y, const TensorView
                    out.ptr<uint16_t>(),
                    static_cast<int32_t>(handle.num_tokens),
                    pos_,
-                   &counters_[1],
                    handle.call_seq,
                    static_cast<uint64_t>(Knobs::get().timeout_s * 1e9),
                    ErrorSink{&host_dev_->error, error_flag_}};
   try {
-    MOE_EP_CUDA_CHECK(
-        launch_combine(config_.combine_dtype, cp, num_blocks_, static_cast<cudaStream_t>(stream)));
+    MOE_EP_CUDA_CHECK(launch_combine(config_.combine_dtype, cp, combine_blocks_,
+                                     static_cast<cudaStream_t>(stream)));
   } catch (const CudaError& e) {
     poison_and_throw(e);
   }

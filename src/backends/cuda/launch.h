@@ -83,7 +83,6 @@ struct CombineParams {
   uint16_t* out;  // [T, H] bf16
   int32_t num_tokens;
   const int32_t* pos;  // [W, max_tokens] from the matching dispatch
-  unsigned int* block_counter;
   uint64_t seq;
   uint64_t timeout_ns;
   ErrorSink err;
@@ -93,8 +92,12 @@ cudaError_t launch_validate(const ValidateParams& p, cudaStream_t stream);
 cudaError_t launch_notify(const NotifyParams& p, cudaStream_t stream);
 cudaError_t launch_dispatch(DispatchDtype dtype, bool prequantized, const DispatchParams& p,
                             int num_blocks, cudaStream_t stream);
+// num_blocks must not exceed combine_max_coresident_blocks: the combine kernel's receiving
+// warps wait for rows that other warps of the same grid send.
 cudaError_t launch_combine(CombineDtype dtype, const CombineParams& p, int num_blocks,
                            cudaStream_t stream);
+// Blocks of the combine kernel that fit on the device at once (occupancy x SMs), or -1.
+int combine_max_coresident_blocks(CombineDtype dtype, int device);
 // Resolves the peer base addresses of a registered NCCL window (symmetric.cu).
 cudaError_t resolve_peer_pointers(void* window, int world_size, char** out_device,
                                   cudaStream_t stream);

@@ -12,6 +12,11 @@ inline constexpr int kWarpsPerDataBlock = kDataThreads / 32;
 // overrides. Measured on 2 x H200 (docs/perf-notes.md, v4): 264 blocks vs 132 took mxfp4
 // dispatch from 143 to 116 us and fp8 direct-cast combine from 208 to 185 us, others equal.
 inline constexpr int kDefaultBlocksPerSm = 2;
+// The fused combine kernel (combine.cuh) needs its whole grid resident, since receiving warps
+// wait for rows that other warps send; at 88-108 registers only one 512-thread block fits per
+// SM (132 blocks). Asking for two (64 registers, ~100 bytes of spills) measured better on
+// 2 x H200 (docs/perf-notes.md, v9): fp8 combine 194 -> 168 us, direct cast 159 -> 151 us.
+inline constexpr int kCombineMinBlocksPerSm = 2;
 // Notify kernel: one block per destination rank, scanning the tokens 1024 at a time.
 inline constexpr int kNotifyThreads = 1024;
 // Elements one lane moves per step: one 16-byte vector of bf16.
