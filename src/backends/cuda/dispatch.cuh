@@ -1,9 +1,11 @@
-// Dispatch data kernel: each warp takes a token, reads its bf16 row once (16 bytes a lane, four
-// 256-element chunks in flight), encodes it to the wire format in registers and stores the
-// result, with the row's metadata, straight into the receive buffer of every destination rank
-// at its canonical row (computed by notify). Pre-quantized input is copied as bytes. The last
-// block releases the per-source done flag in every destination; dispatch_wait_kernel then waits
-// for all sources' flags.
+// Dispatch data kernel: each warp takes a token's row, or a 1024-element slice of it when there
+// are too few tokens to keep the grid busy (whole rows for pre-quantized input). It reads the
+// bf16 once (16 bytes a lane, four 256-element steps in flight), encodes it to the wire format
+// in registers and stores the result straight into the receive buffer of every destination
+// rank at its canonical row (computed by notify); the warp with a row's first slice also writes
+// the row's metadata. Slices keep small batches from waiting on one warp per row (v10: 128
+// tokens x 7168 is 896 slices, not 128 rows). The last block releases the per-source done flag
+// in every destination; dispatch_wait_kernel then waits for all sources' flags.
 #pragma once
 
 #include "backends/cuda/data_common.cuh"
@@ -11,6 +13,12 @@
 namespace moe_ep::cuda_backend {
 
 inline constexpr int kDispatchUnroll = 4;  // chunks of 256 elements loaded before encoding
+// Elements of a row one warp encodes as one work item: one unrolled step. A multiple of both
+// block sizes (128, 32), so no scale block straddles two warps.
+inline constexpr int kDispatchSliceElems = kElemsPerWarpStep * kDispatchUnroll;  // 1024
+static_assert(kDispatchSliceElems % kFp8BlockSize == 0 &&
+                  kDispatchSliceElems % kMxfp4BlockSize == 0,
+              "a dispatch slice must hold whole scale blocks");
 
 // Receive-buffer fields as offsets from a rank's base: the layout is the same on every rank.
 struct RecvFields {
@@ -43,34 +51,34 @@ __device__ __forceinline__ void send_metadata(const DispatchParams& p, const Rec
   }
 }
 
-// Sender role, payload from bf16: encode each 256-element chunk once, store to every dest.
+// Sender role, payload from bf16: encode the slice [begin, begin + 1024) of row t (clipped to
+// the row) 256 elements a step, each step once, and store it to every destination.
 template <typename F>
 __device__ __forceinline__ void send_encoded(const DispatchParams& p, const RecvFields& f,
-                                             int64_t t, const TokenRoutes& routes, int lane) {
+                                             int64_t t, int64_t begin, const TokenRoutes& routes,
+                                             int lane) {
   const int hidden = p.info.hidden;
   const int64_t payload_bytes = p.layout.dispatch_payload_bytes;
   const int64_t scale_bytes = p.layout.dispatch_scale_bytes;
   const uint16_t* src = static_cast<const uint16_t*>(p.x) + t * hidden;
-  for (int64_t base = 0; base < hidden; base += kElemsPerWarpStep * kDispatchUnroll) {
-    uint4 v[kDispatchUnroll];
+  uint4 v[kDispatchUnroll];
 #pragma unroll
-    for (int u = 0; u < kDispatchUnroll; ++u) {
-      v[u] = load_lane(src, base + u * kElemsPerWarpStep + lane * kElemsPerLane, hidden);
-    }
+  for (int u = 0; u < kDispatchUnroll; ++u) {
+    v[u] = load_lane(src, begin + u * kElemsPerWarpStep + lane * kElemsPerLane, hidden);
+  }
 #pragma unroll
-    for (int u = 0; u < kDispatchUnroll; ++u) {
-      if (base + u * kElemsPerWarpStep >= hidden) break;  // warp-uniform
-      const int64_t elem = base + u * kElemsPerWarpStep + lane * kElemsPerLane;
-      const typename F::Params params = lane_block_params<F>(v[u]);
-      const LaneWord<F> word = lane_encode<F>(v[u], params);
-      for (uint64_t m = routes.mask; m != 0;) {
-        const int d = next_dest(m);
-        const int64_t row = routes.row(d);
-        char* peer = p.peers.base[d];
-        if (elem < hidden) {
-          store_lane<F>(peer + f.payload + row * payload_bytes, peer + f.scales + row * scale_bytes,
-                        elem, word, params);
-        }
+  for (int u = 0; u < kDispatchUnroll; ++u) {
+    if (begin + u * kElemsPerWarpStep >= hidden) break;  // warp-uniform
+    const int64_t elem = begin + u * kElemsPerWarpStep + lane * kElemsPerLane;
+    const typename F::Params params = lane_block_params<F>(v[u]);
+    const LaneWord<F> word = lane_encode<F>(v[u], params);
+    for (uint64_t m = routes.mask; m != 0;) {
+      const int d = next_dest(m);
+      const int64_t row = routes.row(d);
+      char* peer = p.peers.base[d];
+      if (elem < hidden) {
+        store_lane<F>(peer + f.payload + row * payload_bytes, peer + f.scales + row * scale_bytes,
+                      elem, word, params);
       }
     }
   }
@@ -119,17 +127,30 @@ __global__ void __launch_bounds__(kDataThreads) dispatch_kernel(DispatchParams p
   const WarpCoord c = warp_coord();
   const RankInfo& info = p.info;
   const RecvFields fields(p.layout);
-  for (int64_t t = c.warp; t < p.num_tokens; t += c.num_warps) {
+  // Whole rows per warp when the tokens alone fill at least half the grid's warps; 1024-element
+  // slices otherwise (docs/perf-notes.md, v10: slices took 128-token fp4 dispatch from 69 to
+  // 36 us but 4096-token fp4 from 111 to 117 us).
+  const int64_t row_slices =
+      kPrequantized ? 1 : (info.hidden + kDispatchSliceElems - 1) / kDispatchSliceElems;
+  const int64_t slices_per_item = 2 * p.num_tokens >= c.num_warps ? row_slices : 1;
+  const int64_t items_per_row = row_slices / slices_per_item;  // 1 or row_slices
+  for (int64_t item = c.warp; item < p.num_tokens * items_per_row; item += c.num_warps) {
+    const int64_t t = item / items_per_row;
+    const int64_t first = (item - t * items_per_row) * slices_per_item;
     const TokenRoutes routes =
         token_routes(p.pos, p.send_offset, info.max_tokens, info.world_size, t, c.lane);
-    for (uint64_t m = routes.mask; m != 0;) {
-      const int d = next_dest(m);
-      send_metadata(p, fields, p.peers.base[d], d, routes.row(d), t, c.lane);
+    if (first == 0) {
+      for (uint64_t m = routes.mask; m != 0;) {
+        const int d = next_dest(m);
+        send_metadata(p, fields, p.peers.base[d], d, routes.row(d), t, c.lane);
+      }
     }
     if constexpr (kPrequantized) {
       send_bytes(p, fields, t, routes, c.lane);
     } else {
-      send_encoded<F>(p, fields, t, routes, c.lane);
+      for (int64_t slice = first; slice < first + slices_per_item; ++slice) {
+        send_encoded<F>(p, fields, t, slice * kDispatchSliceElems, routes, c.lane);
+      }
     }
   }
   signal_when_grid_done(p.block_counter, p.peers.base, info.world_size,
