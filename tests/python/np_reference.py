@@ -91,14 +91,20 @@ def _sign_bit(x):
     return (np.ascontiguousarray(x, dtype=np.float32).view(np.uint32) >> np.uint32(31)) != 0
 
 
-def e4m3_encode(x):
-    """float32 -> e4m3 code, RNE, saturating to +-448 (Inf too); NaN -> 0x7f."""
+def _encode_on_grid(x, finite, mids, sign_bit, nan_code):
+    """Sign-magnitude code of float32 x on a grid of finite magnitudes (RNE at the midpoints,
+    saturating at the largest); NaN -> nan_code."""
     x = np.asarray(x, dtype=np.float32)
     nan = np.isnan(x)
     a = np.abs(np.where(nan, 0, x)).astype(np.float64)
-    code = _round_to_grid(a, _E4M3_FINITE, _E4M3_MIDS).astype(np.uint8)
-    code = code | np.where(_sign_bit(x), 0x80, 0).astype(np.uint8)
-    return np.where(nan, np.uint8(E4M3_NAN), code).astype(np.uint8)
+    code = _round_to_grid(a, finite, mids).astype(np.uint8)
+    code = code | np.where(_sign_bit(x), sign_bit, 0).astype(np.uint8)
+    return np.where(nan, np.uint8(nan_code), code).astype(np.uint8)
+
+
+def e4m3_encode(x):
+    """float32 -> e4m3 code, RNE, saturating to +-448 (Inf too); NaN -> 0x7f."""
+    return _encode_on_grid(x, _E4M3_FINITE, _E4M3_MIDS, 0x80, E4M3_NAN)
 
 
 def e4m3_decode(q):
@@ -112,12 +118,7 @@ def e2m1_encode(x, nan_code=0x7):
     e2m1 has no NaN; the CUDA header's conversion writes 0x7 for a NaN of either sign (checked
     against the C++ codecs), the default `nan_code`.
     """
-    x = np.asarray(x, dtype=np.float32)
-    nan = np.isnan(x)
-    a = np.abs(np.where(nan, 0, x)).astype(np.float64)
-    code = _round_to_grid(a, _E2M1_FINITE, _E2M1_MIDS).astype(np.uint8)
-    code = code | np.where(_sign_bit(x), 0x8, 0).astype(np.uint8)
-    return np.where(nan, np.uint8(nan_code), code).astype(np.uint8)
+    return _encode_on_grid(x, _E2M1_FINITE, _E2M1_MIDS, 0x8, nan_code)
 
 
 def e2m1_decode(q):
