@@ -2,6 +2,7 @@
 #include "tensors.h"
 
 #include <array>
+#include <cstdlib>
 #include <sstream>
 #include <string>
 
@@ -82,46 +83,65 @@ void destroy_unconsumed_capsule(PyObject* capsule) {
   }
 }
 
+// The checks and the view shared by both import paths: device, rank, dtype, contiguity.
+TensorView view_of(const DlTensor& t, const char* name, ScalarType one_byte) {
+  DeviceType device = DeviceType::kCpu;
+  int device_index = 0;
+  if (t.device.device_type == kDlCuda) {
+    device = DeviceType::kCuda;
+    device_index = t.device.device_id;
+  } else if (t.device.device_type != kDlCpu && t.device.device_type != kDlCudaHost) {
+    throw InvalidArgument(std::string(name) + ": DLPack device type " +
+                          std::to_string(t.device.device_type) +
+                          " is not supported; moe-ep takes cpu and cuda tensors");
+  }
+  if (t.ndim < 1 || t.ndim > 2) {
+    throw InvalidArgument(std::string(name) + ": " + std::to_string(t.ndim) +
+                          " dimensions; moe-ep takes 1-D and 2-D tensors");
+  }
+  const ScalarType dtype = map_dtype(t.dtype, name, one_byte);
+  check_compact(t, name);
+  void* data = static_cast<char*>(t.data) + t.byte_offset;
+  if (t.ndim == 1) return TensorView::vector(data, dtype, t.shape[0], device, device_index);
+  return TensorView::matrix(data, dtype, t.shape[0], t.shape[1], device, device_index);
+}
+
 // A host array described by the numpy array interface (version 3): typestr, shape, strides in
 // bytes (None when compact) and data = (address, read-only flag).
 TensorView import_array_interface(py::handle obj, const char* name, ScalarType one_byte) {
   const py::dict ai = obj.attr("__array_interface__");
   const std::string typestr = py::str(ai["typestr"]);
   const py::tuple shape = ai["shape"];
-  DlTensor t{};
-  t.ndim = static_cast<int32_t>(shape.size());
-  if (t.ndim < 1 || t.ndim > 2) {
-    throw InvalidArgument(std::string(name) + ": " + std::to_string(t.ndim) +
-                          " dimensions; moe-ep takes 1-D and 2-D tensors");
-  }
   if (typestr.size() < 3 || typestr[0] == '>') {
     throw InvalidArgument(std::string(name) + ": array type " + typestr +
                           " is not supported (big-endian or unknown)");
   }
   const char kind = typestr[1];
-  const int bits = 8 * std::stoi(typestr.substr(2));
+  const int bytes = std::atoi(typestr.c_str() + 2);
+  if (bytes <= 0) {
+    throw InvalidArgument(std::string(name) + ": array type " + typestr + " is not supported");
+  }
+  DlTensor t{};
+  t.data = reinterpret_cast<void*>(py::tuple(ai["data"])[0].cast<uintptr_t>());
+  t.device = {kDlCpu, 0};
+  t.ndim = static_cast<int32_t>(shape.size());
   t.dtype = {kind == 'f'   ? uint8_t(kDlFloat)
              : kind == 'i' ? uint8_t(kDlInt)
              : kind == 'u' ? uint8_t(kDlUInt)
              : kind == 'b' ? uint8_t(kDlBool)
                            : uint8_t(255),
-             static_cast<uint8_t>(bits), 1};
-  const ScalarType dtype = map_dtype(t.dtype, name, one_byte);
+             static_cast<uint8_t>(8 * bytes), 1};
   std::array<int64_t, 2> dims{1, 1};
   std::array<int64_t, 2> strides{1, 1};
-  for (int d = 0; d < t.ndim; ++d) dims[d] = shape[d].cast<int64_t>();
+  const int known = t.ndim < 2 ? t.ndim : 2;  // view_of rejects other ranks
+  for (int d = 0; d < known; ++d) dims[d] = shape[d].cast<int64_t>();
   t.shape = dims.data();
-  if (!ai.contains("strides") || ai["strides"].is_none()) {
-    t.strides = nullptr;
-  } else {
+  if (ai.contains("strides") && !ai["strides"].is_none()) {
     const py::tuple st = ai["strides"];
-    for (int d = 0; d < t.ndim; ++d) strides[d] = st[d].cast<int64_t>() / (bits / 8);
+    for (int d = 0; d < known; ++d) strides[d] = st[d].cast<int64_t>() / bytes;
     t.strides = strides.data();
   }
-  check_compact(t, name);
-  void* data = reinterpret_cast<void*>(py::tuple(ai["data"])[0].cast<uintptr_t>());
-  if (t.ndim == 1) return TensorView::vector(data, dtype, dims[0]);
-  return TensorView::matrix(data, dtype, dims[0], dims[1]);
+  return view_of(t, name, one_byte);
 }
 
 }  // namespace
@@ -165,26 +185,7 @@ TensorView ImportScope::import(py::handle obj, const char* name, ScalarType one_
   PyCapsule_SetName(capsule.ptr(), kDlUsedCapsuleName);
   owned_.push_back(managed);  // from here on the deleter runs when the call ends
 
-  const DlTensor& t = managed->dl_tensor;
-  DeviceType device = DeviceType::kCpu;
-  int device_index = 0;
-  if (t.device.device_type == kDlCuda) {
-    device = DeviceType::kCuda;
-    device_index = t.device.device_id;
-  } else if (t.device.device_type != kDlCpu && t.device.device_type != kDlCudaHost) {
-    throw InvalidArgument(std::string(name) + ": DLPack device type " +
-                          std::to_string(t.device.device_type) +
-                          " is not supported; moe-ep takes cpu and cuda tensors");
-  }
-  if (t.ndim < 1 || t.ndim > 2) {
-    throw InvalidArgument(std::string(name) + ": " + std::to_string(t.ndim) +
-                          " dimensions; moe-ep takes 1-D and 2-D tensors");
-  }
-  const ScalarType dtype = map_dtype(t.dtype, name, one_byte);
-  check_compact(t, name);
-  void* data = static_cast<char*>(t.data) + t.byte_offset;
-  if (t.ndim == 1) return TensorView::vector(data, dtype, t.shape[0], device, device_index);
-  return TensorView::matrix(data, dtype, t.shape[0], t.shape[1], device, device_index);
+  return view_of(managed->dl_tensor, name, one_byte);
 }
 
 ExportedBuffer::ExportedBuffer(TensorView view, std::shared_ptr<const void> keepalive,
@@ -225,10 +226,6 @@ py::capsule ExportedBuffer::dlpack() const {
   ctx.release();  // owned by the capsule (or by the consumer that renames it)
   return py::reinterpret_steal<py::capsule>(capsule);
 }
-
-}  // namespace moe_ep::python
-
-namespace moe_ep::python {
 
 py::dict ExportedBuffer::array_interface() const {
   if (view_.device != DeviceType::kCpu) {
