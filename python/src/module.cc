@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "formats/row_format.h"
 #include "moe_ep/cuda.h"
 #include "moe_ep/moe_ep.h"
 #include "tensors.h"
@@ -151,12 +152,11 @@ void* as_stream(uintptr_t stream) { return reinterpret_cast<void*>(stream); }
 
 py::tuple dispatch(const std::shared_ptr<Op>& op, py::object x, py::object topk_idx,
                    py::object topk_weights, py::object x_scales, uintptr_t stream, bool raw_bits) {
-  const OpConfig& config = op->config();
-  const ScalarType x_byte = config.dispatch_dtype == DispatchDtype::fp8   ? ScalarType::kFloat8E4M3
-                            : config.dispatch_dtype == DispatchDtype::fp4 ? ScalarType::kFloat4E2M1
-                                                                          : ScalarType::kUInt8;
-  const ScalarType scale_byte =
-      config.dispatch_dtype == DispatchDtype::fp4 ? ScalarType::kFloat8E8M0 : ScalarType::kUInt8;
+  // Pre-quantized x crosses DLPack as bytes; say which wire types those bytes are.
+  const formats::RowFormat wire = formats::row_format(op->config().dispatch_dtype, 0);
+  const auto byte_type = [](ScalarType t) { return element_size(t) == 1 ? t : ScalarType::kUInt8; };
+  const ScalarType x_byte = byte_type(wire.payload_type);
+  const ScalarType scale_byte = byte_type(wire.scale_type);
   ImportScope scope;
   DispatchArgs args;
   args.x = scope.import(x, "x", x_byte);

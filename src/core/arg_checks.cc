@@ -4,32 +4,13 @@
 #include <string>
 
 #include "core/check.h"
+#include "formats/row_format.h"
 
 namespace moe_ep {
 namespace {
 
 std::string device_name(ArgDevice device) {
   return device.type == DeviceType::kCpu ? "cpu" : "cuda:" + std::to_string(device.index);
-}
-
-// The pre-quantized forms of x a dispatch dtype accepts: payload dtype and columns, scale dtype.
-struct QuantizedInput {
-  ScalarType payload;
-  int64_t payload_cols;
-  ScalarType scales;
-};
-
-bool quantized_input(DispatchDtype dtype, int64_t hidden, QuantizedInput* out) {
-  switch (dtype) {
-    case DispatchDtype::bf16: return false;
-    case DispatchDtype::fp8:
-      *out = {ScalarType::kFloat8E4M3, hidden, ScalarType::kFloat32};
-      return true;
-    case DispatchDtype::fp4:
-      *out = {ScalarType::kFloat4E2M1, hidden / 2, ScalarType::kFloat8E8M0};
-      return true;
-  }
-  return false;
 }
 
 void check_device(const char* name, const TensorView& t, ArgDevice device) {
@@ -70,25 +51,25 @@ int64_t check_dispatch_args(const OpConfig& config, const DispatchArgs& args, Ar
   MOE_EP_CHECK_ARG(t <= config.max_tokens_per_rank, "num_tokens=", t,
                    " exceeds max_tokens_per_rank=", config.max_tokens_per_rank);
 
-  QuantizedInput q{};
-  const bool can_prequantize = quantized_input(config.dispatch_dtype, h, &q);
+  // Pre-quantized x is the wire format itself: payload and scales as they travel.
+  const formats::RowFormat wire = formats::row_format(config.dispatch_dtype, h);
+  const bool can_prequantize = wire.bits_per_elem < 16;
   *prequantized = false;
   if (x.dtype == ScalarType::kBFloat16) {
     check_matrix("x", x, ScalarType::kBFloat16, t, "num_tokens", h, "hidden", device);
     MOE_EP_CHECK_ARG(!args.x_scales.defined(), "x_scales=", args.x_scales.describe(),
                      " must be undefined when x is bf16 (the op quantizes x itself)");
-  } else if (can_prequantize && x.dtype == q.payload) {
+  } else if (can_prequantize && x.dtype == wire.payload_type) {
     *prequantized = true;
-    check_matrix("x", x, q.payload, t, "num_tokens", q.payload_cols,
-                 q.payload_cols == h ? "hidden" : "hidden / 2", device);
-    const int64_t scale_cols = scale_dim(config.dispatch_dtype, h);
-    check_matrix("x_scales", args.x_scales, q.scales, t, "num_tokens of x", scale_cols,
-                 q.scales == ScalarType::kFloat32 ? "hidden / 128" : "hidden / 32", device);
+    check_matrix("x", x, wire.payload_type, t, "num_tokens", wire.payload_cols,
+                 wire.payload_cols == h ? "hidden" : "hidden / 2", device);
+    check_matrix("x_scales", args.x_scales, wire.scale_type, t, "num_tokens of x", wire.scale_cols,
+                 detail::concat("hidden / ", wire.block).c_str(), device);
   } else {
     std::string accepted = "bf16";
     if (can_prequantize) {
-      accepted += detail::concat(" or pre-quantized ", to_string(q.payload), " with ",
-                                 to_string(q.scales), " x_scales");
+      accepted += detail::concat(" or pre-quantized ", to_string(wire.payload_type), " with ",
+                                 to_string(wire.scale_type), " x_scales");
     }
     MOE_EP_CHECK_ARG(false, "x has dtype ", to_string(x.dtype), "; dispatch dtype ",
                      to_string(config.dispatch_dtype), " takes ", accepted);

@@ -1,7 +1,8 @@
-// Dtype names, parsing and per-row sizes (DESIGN 4-5).
+// Dtype names, parsing and per-row sizes (docs/design.md#wire-formats, #configuration).
 #include "moe_ep/dtypes.h"
 
 #include "core/check.h"
+#include "formats/row_format.h"
 
 namespace moe_ep {
 namespace {
@@ -84,41 +85,26 @@ std::optional<CombineDtype> parse_combine_choice(std::string_view text, std::str
 std::string valid_dispatch_values() { return valid_values(kDispatchNames, false); }
 std::string valid_combine_values() { return valid_values(kCombineNames, false); }
 
-int block_size(DispatchDtype dtype) {
-  switch (dtype) {
-    case DispatchDtype::bf16: return 0;
-    case DispatchDtype::fp8: return kFp8BlockSize;
-    case DispatchDtype::fp4: return kMxfp4BlockSize;
-  }
-  return 0;
-}
-
-int block_size(CombineDtype dtype) { return dtype == CombineDtype::fp8 ? kFp8BlockSize : 0; }
-
+// Sizes come from the format traits (formats/row_format.h), the one place that knows them.
+int block_size(DispatchDtype dtype) { return formats::row_format(dtype, 0).block; }
+int block_size(CombineDtype dtype) { return formats::row_format(dtype, 0).block; }
 int64_t scale_dim(DispatchDtype dtype, int64_t hidden) {
-  const int b = block_size(dtype);
-  return b == 0 ? 0 : hidden / b;
+  return formats::row_format(dtype, hidden).scale_cols;
 }
 int64_t scale_dim(CombineDtype dtype, int64_t hidden) {
-  const int b = block_size(dtype);
-  return b == 0 ? 0 : hidden / b;
+  return formats::row_format(dtype, hidden).scale_cols;
 }
-
 int64_t payload_bytes(DispatchDtype dtype, int64_t hidden) {
-  switch (dtype) {
-    case DispatchDtype::bf16: return 2 * hidden;
-    case DispatchDtype::fp8: return hidden;
-    case DispatchDtype::fp4: return hidden / 2;
-  }
-  return 0;
+  return formats::row_format(dtype, hidden).payload_bytes;
 }
 int64_t payload_bytes(CombineDtype dtype, int64_t hidden) {
-  return dtype == CombineDtype::bf16 ? 2 * hidden : hidden;
+  return formats::row_format(dtype, hidden).payload_bytes;
 }
 int64_t scale_bytes(DispatchDtype dtype, int64_t hidden) {
-  // fp32 scales for fp8 blockwise, one e8m0 byte per block for mxfp4
-  return dtype == DispatchDtype::fp8 ? 4 * scale_dim(dtype, hidden) : scale_dim(dtype, hidden);
+  return formats::row_format(dtype, hidden).scale_bytes;
 }
-int64_t scale_bytes(CombineDtype dtype, int64_t hidden) { return 4 * scale_dim(dtype, hidden); }
+int64_t scale_bytes(CombineDtype dtype, int64_t hidden) {
+  return formats::row_format(dtype, hidden).scale_bytes;
+}
 
 }  // namespace moe_ep

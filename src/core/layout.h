@@ -15,13 +15,7 @@
 
 #include <cstdint>
 
-#ifndef MOE_EP_HD
-#if defined(__CUDACC__)
-#define MOE_EP_HD __host__ __device__ __forceinline__
-#else
-#define MOE_EP_HD inline
-#endif
-#endif
+#include "core/host_device.h"
 
 namespace moe_ep {
 

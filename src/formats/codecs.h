@@ -1,9 +1,18 @@
-// Wire-format traits (DESIGN 4), one struct per format, used unchanged by the CPU reference and
-// by the CUDA kernels. A format encodes one block of kBlock elements at a time:
-//   params = Format::block_params(amax, any_nonfinite)  // what the scale byte(s) carry
+// Wire-format traits (docs/design.md#wire-formats), one struct per format, used unchanged by
+// the CPU reference and by the CUDA kernels. Each trait owns every fact about its format:
+//   kBitsPerElem            payload bits per element (16, 8 or 4)
+//   kBlock                  elements per scale; 0 means no scales (one "block" is the whole row)
+//   kIsFp8                  the payload is e4m3 codes (the kernels decode those in pairs)
+//   kPayloadType, kElemsPerPayloadScalar
+//                           the ScalarType a payload row is viewed as, and how many elements one
+//                           of its scalars holds (2 for e2m1 pairs), so columns = elems / that
+//   kScaleType, Scale       the scale's ScalarType and C++ type
+// and encodes one block of kBlock elements at a time:
+//   params = Format::block_params(amax, any_nonfinite)  // what the scale carries
 //   code_i = Format::encode(x_i, params)
 //   x_i'   = Format::decode(code_i, params.stored)
-// kBlock == 0 means no scales (one "block" is the whole row).
+// src/formats/row_format.h turns a runtime dtype into these facts; src/formats/packed.cuh holds
+// the kernels' packed versions of encode and decode, which must give the same bits.
 #pragma once
 
 #include <cstdint>
@@ -12,13 +21,18 @@
 #include "formats/scalar.h"
 #include "moe_ep/dtypes.h"
 #include "moe_ep/errors.h"
+#include "moe_ep/tensor.h"
 
 namespace moe_ep::formats {
 
 // bf16 on the wire: the row as is.
 struct Bf16Wire {
+  static constexpr int kBitsPerElem = 16;
   static constexpr int kBlock = 0;
-  static constexpr int kElemsPerByte = 0;  // two bytes per element
+  static constexpr bool kIsFp8 = false;
+  static constexpr ScalarType kPayloadType = ScalarType::kBFloat16;
+  static constexpr int kElemsPerPayloadScalar = 1;
+  static constexpr ScalarType kScaleType = ScalarType::kUInt8;  // no scales
   using Code = uint16_t;
   using Scale = uint8_t;  // unused
   struct Params {
@@ -31,8 +45,12 @@ struct Bf16Wire {
 
 // fp8 e4m3 with one fp32 scale per 128 elements; every block is scaled to the full e4m3 range.
 struct Fp8BlockWire {
+  static constexpr int kBitsPerElem = 8;
   static constexpr int kBlock = kFp8BlockSize;
-  static constexpr int kElemsPerByte = 1;
+  static constexpr bool kIsFp8 = true;
+  static constexpr ScalarType kPayloadType = ScalarType::kFloat8E4M3;
+  static constexpr int kElemsPerPayloadScalar = 1;
+  static constexpr ScalarType kScaleType = ScalarType::kFloat32;
   using Code = uint8_t;
   using Scale = float;
   struct Params {
@@ -40,8 +58,8 @@ struct Fp8BlockWire {
     float inv = 1.0f;     // encode multiplier, 448 / amax
   };
   MOE_EP_HD static Params block_params(float amax, bool) {
-    // amax comes from max_skip_nan, so it skips NaN (quiet or signalling) but keeps Inf. amax == Inf gives scale Inf and
-    // inv 0: finite values encode to 0 and decode to 0 * Inf = NaN, Inf/NaN encode to NaN, so
+    // amax comes from max_skip_nan, so it skips NaN (quiet or signalling) but keeps Inf.
+    // amax == Inf gives scale Inf and inv 0: finite values encode to 0 and decode to 0 * Inf = NaN, Inf/NaN encode to NaN, so
     // the whole block decodes to NaN. When 448/amax overflows (amax < 448/FLT_MAX, ~1.3e-36)
     // inv is clamped to FLT_MAX so that zeros stay zeros (docs/formats.md).
     if (amax == 0.0f) return {1.0f, 1.0f};
@@ -57,8 +75,12 @@ struct Fp8BlockWire {
 
 // fp8 e4m3 cast with no scale; finite values beyond 448 saturate, Inf and NaN become NaN.
 struct Fp8DirectWire {
+  static constexpr int kBitsPerElem = 8;
   static constexpr int kBlock = 0;
-  static constexpr int kElemsPerByte = 1;
+  static constexpr bool kIsFp8 = true;
+  static constexpr ScalarType kPayloadType = ScalarType::kFloat8E4M3;
+  static constexpr int kElemsPerPayloadScalar = 1;
+  static constexpr ScalarType kScaleType = ScalarType::kUInt8;  // no scales
   using Code = uint8_t;
   using Scale = uint8_t;  // unused
   struct Params {
@@ -74,8 +96,12 @@ struct Fp8DirectWire {
 
 // OCP MX fp4: e2m1 codes, two per byte (element 2i in the low nibble), one e8m0 per 32.
 struct Mxfp4Wire {
+  static constexpr int kBitsPerElem = 4;
   static constexpr int kBlock = kMxfp4BlockSize;
-  static constexpr int kElemsPerByte = 2;
+  static constexpr bool kIsFp8 = false;
+  static constexpr ScalarType kPayloadType = ScalarType::kFloat4E2M1;
+  static constexpr int kElemsPerPayloadScalar = 2;  // one byte holds elements 2i (low) and 2i+1
+  static constexpr ScalarType kScaleType = ScalarType::kFloat8E8M0;
   using Code = uint8_t;  // one nibble
   using Scale = uint8_t;
   struct Params {
@@ -98,10 +124,16 @@ struct Mxfp4Wire {
   MOE_EP_HD static float decode(Code c, Scale s) { return e2m1_to_float(c) * e8m0_to_float(s); }
 };
 
-// Bytes of payload for `n` elements.
+// Bytes of payload for `n` elements, and the byte at which element `i` starts (n, i even for
+// 4-bit formats: a row never starts or ends inside a byte).
 template <typename F>
 MOE_EP_HD constexpr int64_t payload_bytes_of(int64_t n) {
-  return F::kElemsPerByte == 0 ? 2 * n : n / F::kElemsPerByte;
+  return n * F::kBitsPerElem / 8;
+}
+// Scales per row of `n` elements.
+template <typename F>
+MOE_EP_HD constexpr int64_t scales_of(int64_t n) {
+  return F::kBlock == 0 ? 0 : n / F::kBlock;
 }
 
 // Host and device row codec: the reference loops that kernels must match.
@@ -122,9 +154,9 @@ MOE_EP_HD void encode_row(const uint16_t* x, int64_t n, uint8_t* payload,
     if (F::kBlock != 0) scales[b0 / block] = p.stored;
     for (int64_t i = b0; i < b0 + block; ++i) {
       const typename F::Code c = F::encode(x[i], p);
-      if constexpr (F::kElemsPerByte == 0) {
+      if constexpr (F::kBitsPerElem == 16) {
         reinterpret_cast<uint16_t*>(payload)[i] = c;
-      } else if constexpr (F::kElemsPerByte == 1) {
+      } else if constexpr (F::kBitsPerElem == 8) {
         payload[i] = c;
       } else {
         uint8_t& byte = payload[i / 2];
@@ -138,9 +170,9 @@ template <typename F>
 MOE_EP_HD float decode_elem(const uint8_t* payload, const typename F::Scale* scales, int64_t i) {
   typename F::Scale s{};
   if constexpr (F::kBlock != 0) s = scales[i / F::kBlock];
-  if constexpr (F::kElemsPerByte == 0) {
+  if constexpr (F::kBitsPerElem == 16) {
     return F::decode(reinterpret_cast<const uint16_t*>(payload)[i], s);
-  } else if constexpr (F::kElemsPerByte == 1) {
+  } else if constexpr (F::kBitsPerElem == 8) {
     return F::decode(payload[i], s);
   } else {
     const uint8_t byte = payload[i / 2];

@@ -1,4 +1,5 @@
-// Scalar conversions shared bit for bit by the CPU reference and the CUDA kernels (DESIGN 4).
+// Scalar conversions shared bit for bit by the CPU reference and the CUDA kernels
+// (docs/design.md#wire-formats).
 // Rounding conversions to e4m3 and e2m1 call the CUDA headers' functions (they run on the host
 // too); exact decodes and the bf16 rounding are written out here so both sides run the same code.
 // The CUDA build uses -fmad=false, so no a*b+c in this file is contracted to an FMA on the GPU.
@@ -11,7 +12,7 @@
 #include <cstdint>
 #include <cstring>
 
-#define MOE_EP_HD __host__ __device__ __forceinline__
+#include "core/host_device.h"
 
 namespace moe_ep::formats {
 

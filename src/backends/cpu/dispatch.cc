@@ -9,23 +9,11 @@
 #include "backends/cpu/cpu_op.h"
 #include "core/arg_checks.h"
 #include "core/check.h"
+#include "core/recv_views.h"
 #include "formats/codecs.h"
 #include "moe_ep/config.h"
 
 namespace moe_ep::cpu_backend {
-namespace {
-
-ScalarType recv_x_type(DispatchDtype dtype) {
-  switch (dtype) {
-    case DispatchDtype::bf16: return ScalarType::kBFloat16;
-    case DispatchDtype::fp8: return ScalarType::kFloat8E4M3;
-    case DispatchDtype::fp4: return ScalarType::kFloat4E2M1;
-  }
-  return ScalarType::kUInt8;
-}
-
-}  // namespace
-
 // Throws InvalidArgument (without the "dispatch: " prefix, which the verdict adds).
 void CpuOp::check_dispatch_args(const DispatchArgs& args, int64_t* num_tokens) const {
   const int64_t h = config_.hidden;
@@ -138,29 +126,16 @@ DispatchResult CpuOp::receive_dispatch() {
   route_src_rank_.assign(mine.recv_src_rank.begin(), mine.recv_src_rank.begin() + num_recv_);
   route_src_token_.assign(mine.recv_src_token.begin(), mine.recv_src_token.begin() + num_recv_);
 
-  const int64_t h = config_.hidden;
-  const int64_t r = num_recv_;
-  const int k = config_.topk;
-  DispatchResult result;
-  result.num_recv = r;
-  const int64_t payload_cols = config_.dispatch_dtype == DispatchDtype::fp4 ? h / 2 : h;
-  result.recv_x = TensorView::matrix(mine.recv_payload.data(), recv_x_type(config_.dispatch_dtype),
-                                     r, payload_cols);
-  if (config_.dispatch_dtype == DispatchDtype::fp8) {
-    result.recv_x_scales = TensorView::matrix(mine.recv_scales.data(), ScalarType::kFloat32, r,
-                                              scale_dim(config_.dispatch_dtype, h));
-  } else if (config_.dispatch_dtype == DispatchDtype::fp4) {
-    result.recv_x_scales = TensorView::matrix(mine.recv_scales.data(), ScalarType::kFloat8E8M0, r,
-                                              scale_dim(config_.dispatch_dtype, h));
-  }
-  result.recv_topk_idx = TensorView::matrix(mine.recv_topk_idx.data(), ScalarType::kInt32, r, k);
-  result.recv_topk_weights =
-      TensorView::matrix(mine.recv_topk_weights.data(), ScalarType::kFloat32, r, k);
-  result.recv_src_rank = TensorView::vector(mine.recv_src_rank.data(), ScalarType::kInt32, r);
-  result.recv_src_token = TensorView::vector(mine.recv_src_token.data(), ScalarType::kInt32, r);
-  result.recv_count_per_local_expert = TensorView::vector(
-      mine.recv_count_per_local_expert.data(), ScalarType::kInt32, shape_.experts_per_rank());
-  result.handle = Handle{uid_, call_seq_, num_tokens_, num_recv_};
+  RecvBuffers buffers;
+  buffers.payload = mine.recv_payload.data();
+  buffers.scales = mine.recv_scales.data();
+  buffers.topk_idx = mine.recv_topk_idx.data();
+  buffers.topk_weights = mine.recv_topk_weights.data();
+  buffers.src_rank = mine.recv_src_rank.data();
+  buffers.src_token = mine.recv_src_token.data();
+  buffers.count_per_local_expert = mine.recv_count_per_local_expert.data();
+  DispatchResult result = make_dispatch_result(config_, world_size_, buffers, num_recv_,
+                                               Handle{uid_, call_seq_, num_tokens_, num_recv_});
   return result;
 }
 

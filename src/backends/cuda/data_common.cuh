@@ -5,10 +5,20 @@
 #include <cstdint>
 
 #include "backends/cuda/common.cuh"
-#include "backends/cuda/lane_codec.cuh"
 #include "backends/cuda/launch.h"
+#include "formats/packed.cuh"
 
 namespace moe_ep::cuda_backend {
+
+using formats::kElemsPerLane;
+using formats::lane_block_params;
+using formats::lane_decode_add;
+using formats::lane_encode;
+using formats::lane_pack_bf16;
+using formats::LaneWord;
+
+// Plain (weak) 16-byte global load that bypasses L1, for rows read exactly once.
+__device__ __forceinline__ uint4 load_stream(const uint4* p) { return __ldcs(p); }
 
 struct WarpCoord {
   int lane;
@@ -71,8 +81,7 @@ __device__ __forceinline__ uint4 load_lane(const uint16_t* row, int64_t elem, in
 template <typename F>
 __device__ __forceinline__ void store_lane(char* payload, char* scales, int64_t elem,
                                            const LaneWord<F>& word, typename F::Params params) {
-  const int64_t byte = F::kElemsPerByte == 0 ? 2 * elem : elem / (F::kElemsPerByte);
-  *reinterpret_cast<LaneWord<F>*>(payload + byte) = word;
+  *reinterpret_cast<LaneWord<F>*>(payload + formats::payload_bytes_of<F>(elem)) = word;
   if constexpr (F::kBlock != 0) {
     if (elem % F::kBlock == 0) {
       reinterpret_cast<typename F::Scale*>(scales)[elem / F::kBlock] = params.stored;
@@ -82,9 +91,8 @@ __device__ __forceinline__ void store_lane(char* payload, char* scales, int64_t 
 
 template <typename F>
 __device__ __forceinline__ LaneWord<F> load_word(const char* payload, int64_t elem) {
-  const int64_t byte = F::kElemsPerByte == 0 ? 2 * elem : elem / (F::kElemsPerByte);
   // L2-only load: the data was written by peers, so no stale L1 line may serve it.
-  return __ldcg(reinterpret_cast<const LaneWord<F>*>(payload + byte));
+  return __ldcg(reinterpret_cast<const LaneWord<F>*>(payload + formats::payload_bytes_of<F>(elem)));
 }
 
 }  // namespace moe_ep::cuda_backend

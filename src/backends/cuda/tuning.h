@@ -19,9 +19,8 @@ inline constexpr int kDefaultBlocksPerSm = 2;
 inline constexpr int kCombineMinBlocksPerSm = 2;
 // Notify kernel: one block per destination rank, scanning the tokens 1024 at a time.
 inline constexpr int kNotifyThreads = 1024;
-// Elements one lane moves per step: one 16-byte vector of bf16.
-inline constexpr int kElemsPerLane = 8;
-inline constexpr int kElemsPerWarpStep = 32 * kElemsPerLane;  // 256
+// Elements a warp moves per step: 32 lanes x formats::kElemsPerLane (one 16-byte bf16 vector).
+inline constexpr int kElemsPerWarpStep = 32 * 8;  // 256
 // Largest world the backend accepts: the control region and notify grid scale with W*W.
 inline constexpr int kMaxWorldSize = 64;
 

@@ -1,7 +1,8 @@
-// Per-lane wire codec used by the data kernels: a warp walks a row 256 elements at a time, each
-// lane holding 8 consecutive bf16 values (one 16-byte load). Blocks of 128 (fp8) or 32 (mxfp4)
-// elements span 16 or 4 lanes, whose amax is combined with shuffles. The arithmetic per element
-// is exactly formats::F::block_params / encode / decode, so the result equals the CPU codec.
+// Packed device versions of the wire codecs of formats/codecs.h, for the data kernels: a warp
+// walks a row 256 elements at a time, each lane holding 8 consecutive bf16 values (one 16-byte
+// load). Blocks of 128 (fp8) or 32 (mxfp4) elements span 16 or 4 lanes, whose amax is combined
+// with shuffles. The arithmetic per element is exactly F::block_params / encode / decode, so
+// the result equals the scalar codec bit for bit (tests/test_gpu_formats.cu checks it).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -11,15 +12,17 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "backends/cuda/tuning.h"
 #include "formats/codecs.h"
 
-namespace moe_ep::cuda_backend {
+namespace moe_ep::formats {
+
+// Elements one lane holds: one 16-byte vector of bf16.
+inline constexpr int kElemsPerLane = 8;
 
 // What one lane's 8 elements occupy on the wire: 16, 8 or 4 bytes.
 template <typename F>
-using LaneWord = std::conditional_t<F::kElemsPerByte == 0, uint4,
-                                    std::conditional_t<F::kElemsPerByte == 1, uint2, uint32_t>>;
+using LaneWord = std::conditional_t<F::kBitsPerElem == 16, uint4,
+                                    std::conditional_t<F::kBitsPerElem == 8, uint2, uint32_t>>;
 
 template <typename F>
 inline constexpr int kLaneWordBytes = static_cast<int>(sizeof(LaneWord<F>));
@@ -40,14 +43,14 @@ __device__ __forceinline__ typename F::Params lane_block_params(const uint4& v) 
     int nonfinite = 0;
 #pragma unroll
     for (int j = 0; j < kElemsPerLane; ++j) {
-      const float f = formats::bf16_to_float(lane_elem(v, j));
-      amax = formats::max_skip_nan(amax, formats::abs_f(f));
-      nonfinite |= formats::is_finite(f) ? 0 : 1;
+      const float f = bf16_to_float(lane_elem(v, j));
+      amax = max_skip_nan(amax, abs_f(f));
+      nonfinite |= is_finite(f) ? 0 : 1;
     }
     constexpr int kLanesPerBlock = F::kBlock / kElemsPerLane;  // 16 or 4
 #pragma unroll
     for (int offset = kLanesPerBlock / 2; offset >= 1; offset /= 2) {
-      amax = formats::max_skip_nan(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
+      amax = max_skip_nan(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
       nonfinite |= __shfl_xor_sync(0xffffffffu, nonfinite, offset);
     }
     return F::block_params(amax, nonfinite != 0);
@@ -56,9 +59,9 @@ __device__ __forceinline__ typename F::Params lane_block_params(const uint4& v) 
 
 template <typename F>
 __device__ __forceinline__ LaneWord<F> lane_encode(const uint4& v, typename F::Params p) {
-  if constexpr (F::kElemsPerByte == 0) {
+  if constexpr (F::kBitsPerElem == 16) {
     return v;  // bf16 travels as is
-  } else if constexpr (F::kElemsPerByte == 1) {
+  } else if constexpr (F::kBitsPerElem == 8) {
     uint32_t lo = 0, hi = 0;
 #pragma unroll
     for (int j = 0; j < 4; ++j)
@@ -78,10 +81,6 @@ __device__ __forceinline__ LaneWord<F> lane_encode(const uint4& v, typename F::P
   }
 }
 
-template <typename F>
-inline constexpr bool kIsFp8Wire =
-    std::is_same_v<F, formats::Fp8BlockWire> || std::is_same_v<F, formats::Fp8DirectWire>;
-
 // acc[j] = acc[j] + decode(element j): one rounding for the product, one for the sum. e4m3
 // codes go through the hardware e4m3x2 -> f16x2 conversion: exact (every e4m3 value is a half,
 // and every half a float), so the values equal formats::e4m3_to_float's; only the bits of a NaN
@@ -89,7 +88,7 @@ inline constexpr bool kIsFp8Wire =
 template <typename F>
 __device__ __forceinline__ void lane_decode_add(const LaneWord<F>& w, typename F::Scale s,
                                                 float (&acc)[kElemsPerLane]) {
-  if constexpr (kIsFp8Wire<F>) {
+  if constexpr (F::kIsFp8) {
 #pragma unroll
     for (int pair = 0; pair < kElemsPerLane / 2; ++pair) {
       const uint32_t word = pair < 2 ? w.x : w.y;
@@ -111,7 +110,7 @@ __device__ __forceinline__ void lane_decode_add(const LaneWord<F>& w, typename F
 #pragma unroll
     for (int j = 0; j < kElemsPerLane; ++j) {
       float d;
-      if constexpr (F::kElemsPerByte == 0) {
+      if constexpr (F::kBitsPerElem == 16) {
         d = F::decode(lane_elem(w, j), s);
       } else {
         d = F::decode(static_cast<uint8_t>((w >> (4 * j)) & 0xf), s);
@@ -122,13 +121,13 @@ __device__ __forceinline__ void lane_decode_add(const LaneWord<F>& w, typename F
 }
 
 // Two floats to bf16 with the hardware's round-to-nearest-even (cvt.rn.bf16x2.f32, the same
-// rounding as formats::float_to_bf16), NaN replaced by the reference's canonical 0x7fc0.
+// rounding as float_to_bf16), NaN replaced by the reference's canonical 0x7fc0.
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   uint32_t u;
   memcpy(&u, &v, sizeof(u));
-  if (formats::is_nan(lo)) u = (u & 0xffff0000u) | formats::kBf16NaN;
-  if (formats::is_nan(hi)) u = (u & 0x0000ffffu) | (static_cast<uint32_t>(formats::kBf16NaN) << 16);
+  if (is_nan(lo)) u = (u & 0xffff0000u) | kBf16NaN;
+  if (is_nan(hi)) u = (u & 0x0000ffffu) | (static_cast<uint32_t>(kBf16NaN) << 16);
   return u;
 }
 
@@ -137,7 +136,4 @@ __device__ __forceinline__ uint4 lane_pack_bf16(const float (&acc)[kElemsPerLane
                     pack_bf16x2(acc[4], acc[5]), pack_bf16x2(acc[6], acc[7]));
 }
 
-// Plain (weak) 16-byte global load that bypasses L1, for rows read exactly once.
-__device__ __forceinline__ uint4 load_stream(const uint4* p) { return __ldcs(p); }
-
-}  // namespace moe_ep::cuda_backend
+}  // namespace moe_ep::formats

@@ -1,0 +1,33 @@
+// See recv_views.h.
+#include "core/recv_views.h"
+
+#include "formats/row_format.h"
+
+namespace moe_ep {
+
+DispatchResult make_dispatch_result(const OpConfig& config, int world_size, const RecvBuffers& b,
+                                    int64_t num_recv, const Handle& handle) {
+  const formats::RowFormat wire = formats::row_format(config.dispatch_dtype, config.hidden);
+  const int k = config.topk;
+  const DeviceType dev = b.device;
+  const int idx = b.device_index;
+  DispatchResult r;
+  r.num_recv = num_recv;
+  r.handle = handle;
+  r.recv_x =
+      TensorView::matrix(b.payload, wire.payload_type, num_recv, wire.payload_cols, dev, idx);
+  if (wire.has_scales()) {
+    r.recv_x_scales =
+        TensorView::matrix(b.scales, wire.scale_type, num_recv, wire.scale_cols, dev, idx);
+  }
+  r.recv_topk_idx = TensorView::matrix(b.topk_idx, ScalarType::kInt32, num_recv, k, dev, idx);
+  r.recv_topk_weights =
+      TensorView::matrix(b.topk_weights, ScalarType::kFloat32, num_recv, k, dev, idx);
+  r.recv_src_rank = TensorView::vector(b.src_rank, ScalarType::kInt32, num_recv, dev, idx);
+  r.recv_src_token = TensorView::vector(b.src_token, ScalarType::kInt32, num_recv, dev, idx);
+  r.recv_count_per_local_expert = TensorView::vector(b.count_per_local_expert, ScalarType::kInt32,
+                                                     config.num_experts / world_size, dev, idx);
+  return r;
+}
+
+}  // namespace moe_ep

@@ -1,0 +1,29 @@
+// Builds the seven views a dispatch returns from the base pointers of one rank's receive
+// buffers, the same way for every backend: shapes and types come from the configuration and
+// the dispatch wire format (formats/row_format.h), so a backend only says where its rows are.
+#pragma once
+
+#include <cstdint>
+
+#include "moe_ep/op.h"
+
+namespace moe_ep {
+
+// Where one rank's received rows live (host or device memory of `device`).
+struct RecvBuffers {
+  const void* payload = nullptr;                    // [R, payload bytes]
+  const void* scales = nullptr;                     // [R, scale bytes], unused without scales
+  const int32_t* topk_idx = nullptr;                // [R, K]
+  const float* topk_weights = nullptr;              // [R, K]
+  const int32_t* src_rank = nullptr;                // [R]
+  const int32_t* src_token = nullptr;               // [R]
+  const int32_t* count_per_local_expert = nullptr;  // [E / W]
+  DeviceType device = DeviceType::kCpu;
+  int device_index = 0;
+};
+
+DispatchResult make_dispatch_result(const OpConfig& config, int world_size,
+                                    const RecvBuffers& buffers, int64_t num_recv,
+                                    const Handle& handle);
+
+}  // namespace moe_ep
