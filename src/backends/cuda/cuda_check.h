@@ -1,9 +1,9 @@
-// Host-side check macros for CUDA and NCCL calls: a failure throws CudaError / NcclError naming
-// the call, the error string and where it happened. Never exits.
+// Host-side check macro for CUDA runtime calls, used by the library, the tests and the bench: a
+// failure throws CudaError naming the call, the error string and where it happened (file name
+// only, no absolute path). Never exits. The NCCL twin is in nccl_check.h.
 #pragma once
 
 #include <cuda_runtime.h>
-#include <nccl.h>
 
 #include "core/check.h"
 
@@ -13,17 +13,7 @@
     if (moe_ep_status_ != cudaSuccess) {                                                         \
       throw ::moe_ep::CudaError(                                                                 \
           ::moe_ep::detail::concat(#expr, " failed: ", cudaGetErrorString(moe_ep_status_), " (", \
-                                   __FILE__, ":", __LINE__, ")"));                               \
-    }                                                                                            \
-  } while (0)
-
-#define MOE_EP_NCCL_CHECK(expr)                                                                  \
-  do {                                                                                           \
-    const ncclResult_t moe_ep_status_ = (expr);                                                  \
-    if (moe_ep_status_ != ncclSuccess) {                                                         \
-      throw ::moe_ep::NcclError(                                                                 \
-          ::moe_ep::detail::concat(#expr, " failed: ", ncclGetErrorString(moe_ep_status_), " (", \
-                                   __FILE__, ":", __LINE__, ")"));                               \
+                                   ::moe_ep::detail::base_name(__FILE__), ":", __LINE__, ")"));  \
     }                                                                                            \
   } while (0)
 

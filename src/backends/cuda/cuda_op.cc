@@ -12,6 +12,7 @@
 #include <string>
 
 #include "backends/cuda/cuda_check.h"
+#include "backends/cuda/nccl_check.h"
 #include "backends/cuda/factory.h"
 #include "backends/cuda/launch.h"
 #include "backends/cuda/nccl_comm.h"

@@ -7,6 +7,7 @@
 #include <random>
 
 #include "backends/cuda/cuda_check.h"
+#include "backends/cuda/nccl_check.h"
 #include "moe_ep/cuda.h"
 
 namespace moe_ep {
