@@ -1,5 +1,5 @@
 // Tests of the knob registry, the typed parse of MOE_EP_* variables, dtype resolution and the
-// logger (DESIGN 5). Every message the library logs in this process is captured by one sink
+// logger (docs/config.md). Every message the library logs in this process is captured by one sink
 // installed before main (and MOE_EP_LOG is pinned to info there, before the logger reads it), so
 // the once-per-process rules can be checked exactly whether ctest runs each test in its own
 // process or the binary runs them all in one, in any order: a test looks either at the whole
@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "core/log.h"
 #include "moe_ep/config.h"
 #include "moe_ep/errors.h"
 #include "testing/errors.h"
@@ -80,6 +81,29 @@ std::string from_error(const EnvMap& env) {
   return testing::invalid_argument_message([&] { Knobs::from(env); });
 }
 
+// The value of the bool knob `name` in `k` (nullopt for a deprecated flag that is not set).
+std::optional<bool> bool_knob(const Knobs& k, const std::string& name) {
+  if (name == "MOE_EP_FP8_DISP") return k.fp8_disp;
+  if (name == "MOE_EP_FP4_DISP") return k.fp4_disp;
+  if (name == "MOE_EP_VALIDATE") return k.validate;
+  if (name == "MOE_EP_COPY_ENGINE") return k.copy_engine;
+  ADD_FAILURE() << name << " is not a bool knob";
+  return std::nullopt;
+}
+
+// Every typed field of `a` equals that of `b` (set_variables and the *_set flags aside).
+void expect_same_values(const Knobs& a, const Knobs& b, const std::string& what) {
+  EXPECT_EQ(a.dispatch_dtype, b.dispatch_dtype) << what;
+  EXPECT_EQ(a.combine_dtype, b.combine_dtype) << what;
+  EXPECT_EQ(a.fp8_disp, b.fp8_disp) << what;
+  EXPECT_EQ(a.fp4_disp, b.fp4_disp) << what;
+  EXPECT_EQ(a.validate, b.validate) << what;
+  EXPECT_EQ(a.timeout_s, b.timeout_s) << what;
+  EXPECT_EQ(a.log_level, b.log_level) << what;
+  EXPECT_EQ(a.num_sms, b.num_sms) << what;
+  EXPECT_EQ(a.copy_engine, b.copy_engine) << what;
+}
+
 // Each test records where the process log stood when it started.
 class LogTest : public ::testing::Test {
  protected:
@@ -104,7 +128,8 @@ class ConfigLog : public LogTest {};
 TEST_F(ConfigKnobs, RegistryListsEveryKnobOnce) {
   const std::set<std::string> expected = {
       "MOE_EP_DISPATCH_DTYPE", "MOE_EP_COMBINE_DTYPE", "MOE_EP_FP8_DISP", "MOE_EP_FP4_DISP",
-      "MOE_EP_VALIDATE",       "MOE_EP_TIMEOUT_S",     "MOE_EP_LOG",      "MOE_EP_NUM_SMS"};
+      "MOE_EP_VALIDATE",       "MOE_EP_TIMEOUT_S",     "MOE_EP_LOG",      "MOE_EP_NUM_SMS",
+      "MOE_EP_COPY_ENGINE"};
   std::set<std::string> names;
   for (const KnobInfo& knob : knob_registry()) {
     EXPECT_TRUE(names.insert(knob.name).second) << "duplicate " << knob.name;
@@ -135,9 +160,30 @@ TEST_F(ConfigKnobs, RegistryDocumentsWhatTheParsersAccept) {
       EXPECT_STREQ(knob.default_value, "0");
     } else if (name == "MOE_EP_TIMEOUT_S") {
       EXPECT_STREQ(knob.default_value, "100");
+      EXPECT_TRUE(contains(help, "[0.001, 1e9]")) << help;
     } else if (name == "MOE_EP_NUM_SMS") {
       EXPECT_STREQ(knob.default_value, "0");
+      EXPECT_STREQ(knob.type, "int");
+      EXPECT_TRUE(contains(help, "SMs (streaming multiprocessors)")) << help;
+      EXPECT_TRUE(contains(help, "OpConfig::num_sms")) << help;
+      EXPECT_TRUE(contains(help, "0 means the library default")) << help;
+    } else if (name == "MOE_EP_COPY_ENGINE") {
+      EXPECT_STREQ(knob.type, "bool");
+      EXPECT_STREQ(knob.default_value, "0");
+      EXPECT_TRUE(contains(help, "copy engines")) << help;
+      EXPECT_TRUE(contains(help, "OpConfig::copy_engine")) << help;
     }
+  }
+}
+
+// The registry's defaults come from a default-constructed Knobs, written the way the parser reads
+// them: setting a knob to its listed default changes no value.
+TEST_F(ConfigKnobs, RegistryDefaultsParseToTheDefaults) {
+  const Knobs defaults;
+  for (const KnobInfo& knob : knob_registry()) {
+    if (std::string(knob.default_value) == "unset") continue;  // deprecated flags: no value
+    const Knobs k = Knobs::from({{knob.name, knob.default_value}});
+    expect_same_values(k, defaults, std::string(knob.name) + "=" + knob.default_value);
   }
 }
 
@@ -153,6 +199,7 @@ TEST_F(ConfigKnobs, EmptyEnvironmentGivesDefaults) {
   EXPECT_EQ(k.timeout_s, 100.0);
   EXPECT_EQ(k.log_level, LogLevel::kWarn);
   EXPECT_EQ(k.num_sms, 0);
+  EXPECT_FALSE(k.copy_engine);
   EXPECT_TRUE(k.set_variables.empty());
 }
 
@@ -200,29 +247,22 @@ TEST_F(ConfigKnobs, UnknownDtypeValuesNameVariableValueAndValidValues) {
   }
 }
 
+constexpr const char* kBoolKnobs[] = {"MOE_EP_FP8_DISP", "MOE_EP_FP4_DISP", "MOE_EP_VALIDATE",
+                                      "MOE_EP_COPY_ENGINE"};
+
 TEST_F(ConfigKnobs, BooleansAcceptTheUsualSpellings) {
-  for (const char* name : {"MOE_EP_FP8_DISP", "MOE_EP_FP4_DISP", "MOE_EP_VALIDATE"}) {
+  for (const char* name : kBoolKnobs) {
     for (const char* yes : {"1", "true", "TRUE", "True", "yes", "YES", "on", "On"}) {
-      const Knobs k = Knobs::from({{name, yes}});
-      const bool value = std::string(name) == "MOE_EP_FP8_DISP"   ? k.fp8_disp.value_or(false)
-                         : std::string(name) == "MOE_EP_FP4_DISP" ? k.fp4_disp.value_or(false)
-                                                                  : k.validate;
-      EXPECT_TRUE(value) << name << "=" << yes;
+      EXPECT_EQ(bool_knob(Knobs::from({{name, yes}}), name), true) << name << "=" << yes;
     }
     for (const char* no : {"0", "false", "FALSE", "no", "No", "off", "OFF"}) {
-      const Knobs k = Knobs::from({{name, no}});
-      const std::optional<bool> value = std::string(name) == "MOE_EP_FP8_DISP" ? k.fp8_disp
-                                        : std::string(name) == "MOE_EP_FP4_DISP"
-                                            ? k.fp4_disp
-                                            : std::optional<bool>(k.validate);
-      ASSERT_TRUE(value.has_value()) << name << "=" << no;
-      EXPECT_FALSE(*value) << name << "=" << no;
+      EXPECT_EQ(bool_knob(Knobs::from({{name, no}}), name), false) << name << "=" << no;
     }
   }
 }
 
 TEST_F(ConfigKnobs, BooleansRejectOtherText) {
-  for (const char* name : {"MOE_EP_FP8_DISP", "MOE_EP_FP4_DISP", "MOE_EP_VALIDATE"}) {
+  for (const char* name : kBoolKnobs) {
     for (const char* bad : {"2", "y", "enable", " 1", ""}) {
       EXPECT_EQ(from_error({{name, bad}}),
                 std::string(name) + "='" + bad +
@@ -233,8 +273,9 @@ TEST_F(ConfigKnobs, BooleansRejectOtherText) {
 }
 
 TEST_F(ConfigKnobs, TimeoutParsesPositiveSeconds) {
-  const std::pair<const char*, double> cases[] = {
-      {"100", 100.0}, {"2.5", 2.5}, {"1e3", 1000.0}, {"0.001", 0.001}, {"1e9", 1e9}};
+  const std::pair<const char*, double> cases[] = {{"100", 100.0},  {"2.5", 2.5},
+                                                  {"1e3", 1000.0}, {"0.001", 0.001},
+                                                  {"1e-3", 0.001}, {"1e9", 1e9}};
   for (const auto& [text, seconds] : cases) {
     EXPECT_EQ(Knobs::from({{"MOE_EP_TIMEOUT_S", text}}).timeout_s, seconds) << text;
   }
@@ -244,7 +285,18 @@ TEST_F(ConfigKnobs, TimeoutRejectsZeroNegativeTextAndOverflow) {
   for (const char* bad : {"0", "0.0", "-5", "-0", "abc", "10s", "", " 5", "nan", "inf", "1e10"}) {
     const std::string msg = from_error({{"MOE_EP_TIMEOUT_S", bad}});
     EXPECT_TRUE(contains(msg, std::string("MOE_EP_TIMEOUT_S='") + bad + "'")) << msg;
-    EXPECT_TRUE(contains(msg, "valid values: a positive number of seconds")) << msg;
+    EXPECT_TRUE(contains(msg, "valid values: a positive number of seconds in [0.001, 1e9]")) << msg;
+  }
+}
+
+// A positive value below 1 ms would round to 0 ns (1e-320 is a subnormal double that parses),
+// and every wait would expire at once.
+TEST_F(ConfigKnobs, TimeoutRejectsLessThanOneMillisecond) {
+  for (const char* bad : {"1e-320", "0.0001", "0.000999", "5e-324"}) {
+    EXPECT_EQ(from_error({{"MOE_EP_TIMEOUT_S", bad}}),
+              std::string("MOE_EP_TIMEOUT_S='") + bad +
+                  "' is not a valid value; valid values: a positive number of seconds in "
+                  "[0.001, 1e9], e.g. 100 or 2.5");
   }
 }
 
@@ -273,6 +325,12 @@ TEST_F(ConfigKnobs, NumSmsParsesNonNegativeIntegers) {
               std::string("MOE_EP_NUM_SMS='") + bad +
                   "' is not a valid value; valid values: an integer >= 0 (0 = library default)");
   }
+}
+
+TEST_F(ConfigKnobs, CopyEngineIsABoolDefaultingToOff) {
+  EXPECT_FALSE(Knobs::from({}).copy_engine);
+  EXPECT_TRUE(Knobs::from({{"MOE_EP_COPY_ENGINE", "1"}}).copy_engine);
+  EXPECT_FALSE(Knobs::from({{"MOE_EP_COPY_ENGINE", "off"}}).copy_engine);
 }
 
 TEST_F(ConfigKnobs, SetVariablesRecordsEveryMoeEpVariableAsGiven) {
@@ -510,7 +568,7 @@ TEST_F(ConfigResolve, BothDeprecatedTrueIsIgnoredWhenSomethingStrongerDecides) {
   EXPECT_EQ(count_warnings(caller_res, {"deprecated and ignored", "caller"}), 2);
 }
 
-// DESIGN 5: one warning per process. The two calls produce the warning both times; the logger
+// One warning per process (docs/config.md). The two calls produce the warning both times; the logger
 // sees it once in the whole process (this test may or may not be the first to resolve with
 // MOE_EP_FP8_DISP=1, so the count is over the process log, not over this test).
 TEST_F(ConfigResolve, DeprecationWarningLoggedOncePerProcess) {
@@ -560,6 +618,24 @@ TEST_F(ConfigLog, LevelFilterFollowsMoeEpLog) {
   EXPECT_EQ(logged[1].message, "probe-warn");
   EXPECT_EQ(logged[2].level, LogLevel::kError);
   EXPECT_EQ(logged[2].message, "probe-error");
+}
+
+TEST_F(ConfigLog, MacroFormatsOnlyEnabledLevels) {
+  // MOE_EP_LOG=info was pinned before main.
+  EXPECT_TRUE(log_enabled(LogLevel::kError));
+  EXPECT_TRUE(log_enabled(LogLevel::kWarn));
+  EXPECT_TRUE(log_enabled(LogLevel::kInfo));
+  EXPECT_FALSE(log_enabled(LogLevel::kDebug));
+  int evaluated = 0;
+  const auto piece = [&evaluated] { return ++evaluated; };
+  MOE_EP_LOG(LogLevel::kDebug, "probe-macro-debug ", piece());
+  EXPECT_EQ(evaluated, 0);  // a filtered-out message is not even built
+  MOE_EP_LOG(LogLevel::kInfo, "probe-macro ", piece(), " of ", 2.5, '!');
+  EXPECT_EQ(evaluated, 1);
+  const std::vector<LogRecord> logged = logged_since_start();
+  ASSERT_EQ(logged.size(), 1u);
+  EXPECT_EQ(logged[0].level, LogLevel::kInfo);
+  EXPECT_EQ(logged[0].message, "probe-macro 1 of 2.5!");
 }
 
 TEST_F(ConfigLog, EmptySinkRestoresStderr) {

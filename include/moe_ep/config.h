@@ -1,7 +1,8 @@
-// Configuration (DESIGN 5): the registry of MOE_EP_* knobs, read once per process, and the
-// resolution of the two wire dtypes with the source of each choice. Resolution order, strongest
-// first: the caller's value (if not auto), MOE_EP_DISPATCH_DTYPE / MOE_EP_COMBINE_DTYPE, the
-// deprecated MOE_EP_FP8_DISP / MOE_EP_FP4_DISP, then the auto rule on the expert weight dtype.
+// Configuration: the MOE_EP_* knobs, read once per process into struct Knobs, the resolution of
+// the two wire dtypes with the source of each choice, and the levelled logger. Resolution order,
+// strongest first: the caller's value (if not auto), MOE_EP_DISPATCH_DTYPE / MOE_EP_COMBINE_DTYPE,
+// the deprecated MOE_EP_FP8_DISP / MOE_EP_FP4_DISP, then the auto rule on the expert weight dtype
+// (docs/config.md describes every knob and rule).
 #pragma once
 
 #include <functional>
@@ -31,6 +32,8 @@ using EnvMap = std::map<std::string, std::string>;
 // Typed values of every MOE_EP_* knob. Knobs::get() reads the process environment once, logs
 // the variables that are set, and caches the result; Knobs::from(env) parses a given map (tests).
 // A value that does not parse raises InvalidArgument naming the variable, value and valid values.
+// A knob is its field here, whose initializer is its default, plus one entry of the knob table in
+// src/core/knobs.cc (variable, parser, help), from which the registry and the parse are made.
 struct Knobs {
   std::optional<DispatchDtype> dispatch_dtype;  // MOE_EP_DISPATCH_DTYPE, nullopt = auto/unset
   std::optional<CombineDtype> combine_dtype;    // MOE_EP_COMBINE_DTYPE, nullopt = auto/unset
@@ -42,6 +45,7 @@ struct Knobs {
   double timeout_s = 100.0;              // MOE_EP_TIMEOUT_S
   LogLevel log_level = LogLevel::kWarn;  // MOE_EP_LOG
   int num_sms = 0;                       // MOE_EP_NUM_SMS, 0 = library default
+  bool copy_engine = false;              // MOE_EP_COPY_ENGINE
   EnvMap set_variables;                  // every MOE_EP_* variable that was present, as given
 
   static const Knobs& get();

@@ -12,9 +12,9 @@
 #include <string>
 
 #include "backends/cuda/cuda_check.h"
-#include "backends/cuda/nccl_check.h"
 #include "backends/cuda/factory.h"
 #include "backends/cuda/launch.h"
+#include "backends/cuda/nccl_check.h"
 #include "backends/cuda/nccl_comm.h"
 #include "core/arg_checks.h"
 #include "moe_ep/config.h"
