@@ -15,8 +15,9 @@ MOE_EP_SCRIPT="${MOE_EP_SCRIPT:-$(basename "$0")}"
 
 # Debian packages a build with tests needs. Each has a file that proves it is usable without
 # asking dpkg, because on some machines (the GPU images) the same files come from elsewhere.
-MOE_EP_DEB_PACKAGES=(cmake ninja-build g++ git libgtest-dev libcli11-dev clang-format
-  python3-dev pybind11-dev python3-numpy python3-pytest python3-venv python3-setuptools)
+MOE_EP_DEB_PACKAGES=(cmake ninja-build g++ git libgtest-dev libcli11-dev nlohmann-json3-dev
+  libfmt-dev clang-format python3-dev pybind11-dev python3-numpy python3-pytest python3-venv
+  python3-setuptools)
 
 moe_ep_log() { printf '[%s] %s\n' "$MOE_EP_SCRIPT" "$*" >&2; }
 moe_ep_die() {
@@ -42,6 +43,8 @@ moe_ep_have_package() {
     clang-format) command -v clang-format-14 >/dev/null 2>&1 || command -v clang-format >/dev/null 2>&1 ;;
     libgtest-dev) [[ -e /usr/include/gtest/gtest.h ]] ;;
     libcli11-dev) [[ -e /usr/include/CLI/CLI.hpp ]] ;;
+    nlohmann-json3-dev) [[ -e /usr/include/nlohmann/json.hpp ]] ;;
+    libfmt-dev) [[ -e /usr/include/fmt/format.h ]] ;;
     pybind11-dev) [[ -e /usr/include/pybind11/pybind11.h ]] ;;
     *) return 1 ;;
   esac

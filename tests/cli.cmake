@@ -1,5 +1,5 @@
-# Tests of the `moe-ep` command line (DESIGN 9), labelled `cpu`: small checked benches that must
-# end in "# wrong: 0 OK", the --json output, `moe-ep config`, and one test per bad argument
+# Tests of the `moe-ep` command line (docs/bench.md), labelled `cpu`: small checked benches that
+# must end in "# wrong: 0 OK", the --json output, `moe-ep config`, and one test per bad argument
 # asserting exit code 2 and a single stderr line that names the argument and the value.
 # The drivers are tests/cli/*.sh; each test runs in well under 10 s on two cores.
 if(NOT TARGET moe-ep)
@@ -22,7 +22,7 @@ function(moe_ep_cli_error name)
   set_tests_properties(cli_${name} PROPERTIES LABELS cpu TIMEOUT 60)
 endfunction()
 
-# Checked benches: every pair, bit-exact against tools/reference.cc.
+# Checked benches: every pair, bit-exact against the reference of src/reference.
 set(small --hidden 256 --iters 2 --warmup 1)
 moe_ep_cli_ok(bench_small "# wrong: 0 OK" --
               ${MOE_EP_CLI} bench --ranks 3 --experts 12 --topk 5 --tokens 1 ${small})

@@ -1,4 +1,4 @@
-// The CPU backend against the independent plain-loop expectation (testing/reference.h), bit for
+// The CPU backend against the independent plain-loop reference (src/reference/reference.h), bit for
 // bit on every output of dispatch and combine: all 3x3 dtype pairs, the output tensor metadata,
 // odd shapes (3 ranks, 12 experts, top-5, 1 token), world size 1, a rank with zero tokens, a rank
 // that receives nothing, tokens with every slot masked, pre-quantized x, several rounds on one op,
@@ -144,7 +144,7 @@ TEST(CpuBackend, RankThatReceivesNothing) {
     spec.exclude_dest = 2;
     const RoundResult res = run_and_check(spec, {6, 8, 4, 5});
     EXPECT_EQ(res.received[2].num_recv, 0);
-    EXPECT_EQ(res.received[2].count_per_local_expert, std::vector<int32_t>({0, 0}));
+    EXPECT_EQ(res.received[2].recv_count_per_local_expert, std::vector<int32_t>({0, 0}));
     EXPECT_GT(res.received[1].num_recv, 0);
   }
 }
@@ -189,9 +189,10 @@ TEST(CpuBackend, PrequantizedFp8) {
     for (int r = 0; r < 3; ++r) {
       const auto& got = res.received[r];
       for (int64_t i = 0; i < got.num_recv; ++i) {
-        if (got.src_rank[i] != 0) continue;
+        if (got.recv_src_rank[i] != 0) continue;
         EXPECT_EQ(
-            std::memcmp(&got.x_payload[i * 256], &src0.x_payload[got.src_token[i] * 256], 256), 0);
+            std::memcmp(&got.recv_x[i * 256], &src0.x_payload[got.recv_src_token[i] * 256], 256),
+            0);
       }
     }
   }
@@ -229,10 +230,13 @@ TEST(CpuBackend, Deterministic) {
     const RoundResult a = run_once(spec.config, 4, inputs);
     const RoundResult b = run_once(spec.config, 4, inputs);
     for (int r = 0; r < 4; ++r) {
-      testing::expect_same("recv_x", a.received[r].x_payload, b.received[r].x_payload);
-      testing::expect_same("recv_x_scales", a.received[r].x_scales, b.received[r].x_scales);
-      testing::expect_same("recv_topk_idx", a.received[r].topk_idx, b.received[r].topk_idx);
-      testing::expect_same("recv_src_token", a.received[r].src_token, b.received[r].src_token);
+      testing::expect_same("recv_x", a.received[r].recv_x, b.received[r].recv_x);
+      testing::expect_same("recv_x_scales", a.received[r].recv_x_scales,
+                           b.received[r].recv_x_scales);
+      testing::expect_same("recv_topk_idx", a.received[r].recv_topk_idx,
+                           b.received[r].recv_topk_idx);
+      testing::expect_same("recv_src_token", a.received[r].recv_src_token,
+                           b.received[r].recv_src_token);
       testing::expect_same("out", a.out[r], b.out[r]);
     }
   }

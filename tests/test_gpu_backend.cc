@@ -80,13 +80,14 @@ void expect_equal_rounds(const RoundResult& cuda, const RoundResult& cpu, int wo
     const DispatchOutputs& a = cuda.received[r];
     const DispatchOutputs& b = cpu.received[r];
     EXPECT_EQ(a.num_recv, b.num_recv);
-    expect_same("recv_x", a.x_payload, b.x_payload);
-    expect_same("recv_x_scales", a.x_scales, b.x_scales);
-    expect_same("recv_topk_idx", a.topk_idx, b.topk_idx);
-    expect_same("recv_topk_weights", a.topk_weights, b.topk_weights);
-    expect_same("recv_src_rank", a.src_rank, b.src_rank);
-    expect_same("recv_src_token", a.src_token, b.src_token);
-    expect_same("recv_count_per_local_expert", a.count_per_local_expert, b.count_per_local_expert);
+    expect_same("recv_x", a.recv_x, b.recv_x);
+    expect_same("recv_x_scales", a.recv_x_scales, b.recv_x_scales);
+    expect_same("recv_topk_idx", a.recv_topk_idx, b.recv_topk_idx);
+    expect_same("recv_topk_weights", a.recv_topk_weights, b.recv_topk_weights);
+    expect_same("recv_src_rank", a.recv_src_rank, b.recv_src_rank);
+    expect_same("recv_src_token", a.recv_src_token, b.recv_src_token);
+    expect_same("recv_count_per_local_expert", a.recv_count_per_local_expert,
+                b.recv_count_per_local_expert);
     expect_same("out", cuda.out[r], cpu.out[r]);
   }
 }

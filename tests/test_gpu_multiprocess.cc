@@ -13,8 +13,8 @@
 #include <thread>
 
 #include "moe_ep/cuda.h"
+#include "testing/harness.h"
 #include "testing/inputs.h"
-#include "testing/reference.h"
 
 #ifdef MOE_EP_WITH_CUDA
 #include <nccl.h>
@@ -44,7 +44,7 @@ bool same(const char* what, int rank, const std::vector<T>& got, const std::vect
 int run_child(int rank, const ncclUniqueId& id, const OpConfig& config, uint64_t seed) {
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices < kWorld) return kSkipCode;
-  MOE_EP_TEST_CUDA(cudaSetDevice(rank));
+  MOE_EP_CUDA_CHECK(cudaSetDevice(rank));
   ncclComm_t comm = nullptr;
   if (ncclCommInitRank(&comm, kWorld, id, rank) != ncclSuccess) return 2;
   bool ok = true;
@@ -53,28 +53,23 @@ int run_child(int rank, const ncclUniqueId& id, const OpConfig& config, uint64_t
     std::shared_ptr<Op> op = create_op(c, config);
     InputSpec spec{config, kWorld, 0.1, -1, false};
     const std::vector<RankInput> inputs = make_inputs(spec, seed, {96, 130});
-    std::vector<DispatchOutputs> expected(kWorld);
-    std::vector<std::vector<uint16_t>> y(kWorld);
-    for (int r = 0; r < kWorld; ++r) {
-      expected[r] = expect_dispatch(inputs, config, kWorld, r);
-      y[r] = identity_expert(expected[r], config);
-    }
+    const Expected expected = expect_round(config, kWorld, inputs);
     DeviceInput dev(inputs[rank], rank);
     const DispatchResult d = op->dispatch(dev.view);
     op->synchronize(nullptr);
     const DispatchOutputs got = download_outputs(d);
-    const DispatchOutputs& want = expected[rank];
+    const DispatchOutputs& want = expected.received[rank];
     ok &= got.num_recv == want.num_recv;
-    ok &= same("recv_x", rank, got.x_payload, want.x_payload);
-    ok &= same("recv_x_scales", rank, got.x_scales, want.x_scales);
-    ok &= same("recv_topk_idx", rank, got.topk_idx, want.topk_idx);
-    ok &= same("recv_topk_weights", rank, got.topk_weights, want.topk_weights);
-    ok &= same("recv_src_rank", rank, got.src_rank, want.src_rank);
-    ok &= same("recv_src_token", rank, got.src_token, want.src_token);
-    ok &= same("recv_count_per_local_expert", rank, got.count_per_local_expert,
-               want.count_per_local_expert);
+    ok &= same("recv_x", rank, got.recv_x, want.recv_x);
+    ok &= same("recv_x_scales", rank, got.recv_x_scales, want.recv_x_scales);
+    ok &= same("recv_topk_idx", rank, got.recv_topk_idx, want.recv_topk_idx);
+    ok &= same("recv_topk_weights", rank, got.recv_topk_weights, want.recv_topk_weights);
+    ok &= same("recv_src_rank", rank, got.recv_src_rank, want.recv_src_rank);
+    ok &= same("recv_src_token", rank, got.recv_src_token, want.recv_src_token);
+    ok &= same("recv_count_per_local_expert", rank, got.recv_count_per_local_expert,
+               want.recv_count_per_local_expert);
     const int64_t tokens = inputs[rank].num_tokens;
-    DeviceBuffer y_dev = DeviceBuffer::copy_of(y[rank]);
+    DeviceBuffer y_dev = DeviceBuffer::copy_of(expected.y[rank]);
     DeviceBuffer out_dev =
         DeviceBuffer::copy_of(std::vector<uint16_t>(tokens * config.hidden, 0xffff));
     op->combine(d.handle,
@@ -86,7 +81,7 @@ int run_child(int rank, const ncclUniqueId& id, const OpConfig& config, uint64_t
     op->synchronize(nullptr);
     const auto out = download_view<uint16_t>(TensorView::matrix(
         out_dev.ptr.get(), ScalarType::kBFloat16, tokens, config.hidden, DeviceType::kCuda, rank));
-    ok &= same("out", rank, out, expect_combine(expected, y, config, rank, tokens));
+    ok &= same("out", rank, out, expected.out[rank]);
   }
   ncclCommDestroy(comm);
   return ok ? 0 : 1;

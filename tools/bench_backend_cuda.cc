@@ -5,15 +5,17 @@
 // With --baseline nccl a second set of NCCL communicators (ncclCommInitAll over the same
 // devices, owned here, not shared with the op) runs the all-to-allv baseline.
 #include <cuda_runtime.h>
+#include <fmt/format.h>
 #include <nccl.h>
 
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "backends/cuda/cuda_check.h"
+#include "backends/cuda/nccl_check.h"
 #include "bench_backend.h"
 #include "moe_ep/config.h"
 #include "moe_ep/cuda.h"
@@ -22,27 +24,15 @@
 namespace moe_ep::cli {
 namespace {
 
-void check(cudaError_t status, const char* what) {
-  if (status != cudaSuccess) {
-    throw CudaError(std::string("bench: ") + what + ": " + cudaGetErrorString(status));
-  }
-}
-
-void check_nccl(ncclResult_t status, const char* what) {
-  if (status != ncclSuccess) {
-    throw NcclError(std::string("bench: ") + what + ": " + ncclGetErrorString(status));
-  }
-}
-
 // Grows a device buffer of the current device to at least `bytes` (never below 256, so that the
 // pointer is never null); the old contents are dropped.
 void grow_buffer(void*& data, size_t& capacity, int64_t bytes) {
   const size_t want = std::max<size_t>(static_cast<size_t>(bytes), 256);
   if (want <= capacity) return;
-  if (data != nullptr) check(cudaFree(data), "cudaFree");
+  if (data != nullptr) MOE_EP_CUDA_CHECK(cudaFree(data));
   data = nullptr;
   capacity = 0;
-  check(cudaMalloc(&data, want), "cudaMalloc");
+  MOE_EP_CUDA_CHECK(cudaMalloc(&data, want));
   capacity = want;
 }
 
@@ -52,30 +42,31 @@ double measure_peer_copy_gbps(int src, int dst) {
   constexpr int kReps = 5;
   void* a = nullptr;
   void* b = nullptr;
-  check(cudaSetDevice(src), "cudaSetDevice");
-  check(cudaMalloc(&a, kBytes), "cudaMalloc");
-  check(cudaSetDevice(dst), "cudaSetDevice");
-  check(cudaMalloc(&b, kBytes), "cudaMalloc");
-  check(cudaSetDevice(src), "cudaSetDevice");
+  MOE_EP_CUDA_CHECK(cudaSetDevice(src));
+  MOE_EP_CUDA_CHECK(cudaMalloc(&a, kBytes));
+  MOE_EP_CUDA_CHECK(cudaSetDevice(dst));
+  MOE_EP_CUDA_CHECK(cudaMalloc(&b, kBytes));
+  MOE_EP_CUDA_CHECK(cudaSetDevice(src));
   // Without peer access the copy is staged through the host (~38 GB/s measured on 2 x H200).
-  const cudaError_t peer = cudaDeviceEnablePeerAccess(dst, 0);
-  if (peer != cudaSuccess && peer != cudaErrorPeerAccessAlreadyEnabled) {
-    check(peer, "cudaDeviceEnablePeerAccess");
+  // The macro names the variable it checks, so the variable is named after the call.
+  const cudaError_t enable_peer_access = cudaDeviceEnablePeerAccess(dst, 0);
+  if (enable_peer_access != cudaErrorPeerAccessAlreadyEnabled) {
+    MOE_EP_CUDA_CHECK(enable_peer_access);
   }
-  cudaGetLastError();
+  cudaGetLastError();  // clears cudaErrorPeerAccessAlreadyEnabled
   cudaStream_t s;
   cudaEvent_t e0, e1;
-  check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
-  check(cudaEventCreate(&e0), "cudaEventCreate");
-  check(cudaEventCreate(&e1), "cudaEventCreate");
+  MOE_EP_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  MOE_EP_CUDA_CHECK(cudaEventCreate(&e0));
+  MOE_EP_CUDA_CHECK(cudaEventCreate(&e1));
   double best_ms = 1e30;
   for (int i = 0; i < kReps + 1; ++i) {
-    check(cudaEventRecord(e0, s), "cudaEventRecord");
-    check(cudaMemcpyPeerAsync(b, dst, a, src, kBytes, s), "cudaMemcpyPeerAsync");
-    check(cudaEventRecord(e1, s), "cudaEventRecord");
-    check(cudaEventSynchronize(e1), "cudaEventSynchronize");
+    MOE_EP_CUDA_CHECK(cudaEventRecord(e0, s));
+    MOE_EP_CUDA_CHECK(cudaMemcpyPeerAsync(b, dst, a, src, kBytes, s));
+    MOE_EP_CUDA_CHECK(cudaEventRecord(e1, s));
+    MOE_EP_CUDA_CHECK(cudaEventSynchronize(e1));
     float ms = 0;
-    check(cudaEventElapsedTime(&ms, e0, e1), "cudaEventElapsedTime");
+    MOE_EP_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
     if (i > 0) best_ms = std::min(best_ms, static_cast<double>(ms));  // first one warms up
   }
   cudaEventDestroy(e0);
@@ -129,21 +120,21 @@ class CudaBenchBackend final : public BenchBackend {
     if (nccl_baseline_ && nccl_comms_.empty()) {
       // One thread for all devices: ncclCommInitAll must not run concurrently per rank.
       nccl_comms_.assign(ranks, nullptr);
-      const ncclResult_t status = ncclCommInitAll(nccl_comms_.data(), ranks, devices.data());
-      if (status != ncclSuccess) nccl_comms_.clear();  // nothing to destroy
-      check_nccl(status, "ncclCommInitAll");
+      const ncclResult_t init_all = ncclCommInitAll(nccl_comms_.data(), ranks, devices.data());
+      if (init_all != ncclSuccess) nccl_comms_.clear();  // nothing to destroy
+      MOE_EP_NCCL_CHECK(init_all);
     }
     return comms;
   }
 
   void bind_rank(int rank) override {
-    check(cudaSetDevice(rank), "cudaSetDevice");
+    MOE_EP_CUDA_CHECK(cudaSetDevice(rank));
     RankState& st = ranks_[rank];
     if (st.stream != nullptr) return;
-    check(cudaStreamCreateWithFlags(&st.stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    MOE_EP_CUDA_CHECK(cudaStreamCreateWithFlags(&st.stream, cudaStreamNonBlocking));
     for (int l = 0; l < kNumLegs; ++l) {
-      check(cudaEventCreate(&st.start[l]), "cudaEventCreate");
-      check(cudaEventCreate(&st.stop[l]), "cudaEventCreate");
+      MOE_EP_CUDA_CHECK(cudaEventCreate(&st.start[l]));
+      MOE_EP_CUDA_CHECK(cudaEventCreate(&st.stop[l]));
     }
   }
   void* stream(int rank) override { return ranks_[rank].stream; }
@@ -151,8 +142,8 @@ class CudaBenchBackend final : public BenchBackend {
   BenchTensor alloc(int rank, const TensorView& shape) override {
     const size_t bytes = static_cast<size_t>(shape.nbytes());
     void* data = nullptr;
-    check(cudaMalloc(&data, bytes == 0 ? 256 : bytes), "cudaMalloc");
-    check(cudaMemset(data, 0, bytes == 0 ? 256 : bytes), "cudaMemset");
+    MOE_EP_CUDA_CHECK(cudaMalloc(&data, bytes == 0 ? 256 : bytes));
+    MOE_EP_CUDA_CHECK(cudaMemset(data, 0, bytes == 0 ? 256 : bytes));
     BenchTensor t;
     t.storage = std::shared_ptr<void>(data, [](void* p) { cudaFree(p); });
     t.view = shape;
@@ -164,35 +155,32 @@ class CudaBenchBackend final : public BenchBackend {
 
   void upload(int rank, const void* host, const BenchTensor& dst) override {
     if (dst.view.nbytes() == 0) return;
-    check(cudaMemcpyAsync(dst.view.data, host, dst.view.nbytes(), cudaMemcpyHostToDevice,
-                          ranks_[rank].stream),
-          "upload");
+    MOE_EP_CUDA_CHECK(cudaMemcpyAsync(dst.view.data, host, dst.view.nbytes(),
+                                      cudaMemcpyHostToDevice, ranks_[rank].stream));
     synchronize(rank);
   }
   void download(int rank, const TensorView& src, void* host) override {
     if (src.nbytes() == 0) return;
-    check(
-        cudaMemcpyAsync(host, src.data, src.nbytes(), cudaMemcpyDeviceToHost, ranks_[rank].stream),
-        "download");
+    MOE_EP_CUDA_CHECK(
+        cudaMemcpyAsync(host, src.data, src.nbytes(), cudaMemcpyDeviceToHost, ranks_[rank].stream));
     synchronize(rank);
   }
   void synchronize(int rank) override {
-    check(cudaStreamSynchronize(ranks_[rank].stream), "cudaStreamSynchronize");
+    MOE_EP_CUDA_CHECK(cudaStreamSynchronize(ranks_[rank].stream));
   }
 
   void timer_start(int rank, Leg leg) override {
-    check(cudaEventRecord(ranks_[rank].start[static_cast<int>(leg)], ranks_[rank].stream),
-          "cudaEventRecord");
+    MOE_EP_CUDA_CHECK(
+        cudaEventRecord(ranks_[rank].start[static_cast<int>(leg)], ranks_[rank].stream));
   }
   void timer_stop(int rank, Leg leg) override {
-    check(cudaEventRecord(ranks_[rank].stop[static_cast<int>(leg)], ranks_[rank].stream),
-          "cudaEventRecord");
+    MOE_EP_CUDA_CHECK(
+        cudaEventRecord(ranks_[rank].stop[static_cast<int>(leg)], ranks_[rank].stream));
   }
   double elapsed_us(int rank, Leg leg) override {
     float ms = 0;
     const int l = static_cast<int>(leg);
-    check(cudaEventElapsedTime(&ms, ranks_[rank].start[l], ranks_[rank].stop[l]),
-          "cudaEventElapsedTime");
+    MOE_EP_CUDA_CHECK(cudaEventElapsedTime(&ms, ranks_[rank].start[l], ranks_[rank].stop[l]));
     return ms * 1e3;
   }
 
@@ -206,8 +194,8 @@ class CudaBenchBackend final : public BenchBackend {
     grow_buffer(st.nccl_send, st.nccl_send_capacity, send_bytes);
     grow_buffer(st.nccl_recv, st.nccl_recv_capacity, recv_bytes);
     if (st.nccl_start == nullptr) {
-      check(cudaEventCreate(&st.nccl_start), "cudaEventCreate");
-      check(cudaEventCreate(&st.nccl_stop), "cudaEventCreate");
+      MOE_EP_CUDA_CHECK(cudaEventCreate(&st.nccl_start));
+      MOE_EP_CUDA_CHECK(cudaEventCreate(&st.nccl_stop));
     }
   }
 
@@ -230,30 +218,28 @@ class CudaBenchBackend final : public BenchBackend {
     ncclComm_t comm = nccl_comms_[rank];
     auto* send = static_cast<uint8_t*>(st.nccl_send);
     auto* recv = static_cast<uint8_t*>(st.nccl_recv);
-    check(cudaEventRecord(st.nccl_start, st.stream), "cudaEventRecord");
-    check_nccl(ncclGroupStart(), "ncclGroupStart");
+    MOE_EP_CUDA_CHECK(cudaEventRecord(st.nccl_start, st.stream));
+    MOE_EP_NCCL_CHECK(ncclGroupStart());
     // Zero-byte pairs are skipped on both sides alike (send_bytes[p] of r == recv_bytes[r] of p).
     int64_t send_offset = 0, recv_offset = 0;
     for (size_t p = 0; p < peers; ++p) {
       const int peer = static_cast<int>(p);
       if (send_bytes[p] > 0) {
-        check_nccl(ncclSend(send + send_offset, static_cast<size_t>(send_bytes[p]), ncclUint8, peer,
-                            comm, st.stream),
-                   "ncclSend");
+        MOE_EP_NCCL_CHECK(ncclSend(send + send_offset, static_cast<size_t>(send_bytes[p]),
+                                   ncclUint8, peer, comm, st.stream));
       }
       if (recv_bytes[p] > 0) {
-        check_nccl(ncclRecv(recv + recv_offset, static_cast<size_t>(recv_bytes[p]), ncclUint8, peer,
-                            comm, st.stream),
-                   "ncclRecv");
+        MOE_EP_NCCL_CHECK(ncclRecv(recv + recv_offset, static_cast<size_t>(recv_bytes[p]),
+                                   ncclUint8, peer, comm, st.stream));
       }
       send_offset += send_bytes[p];
       recv_offset += recv_bytes[p];
     }
-    check_nccl(ncclGroupEnd(), "ncclGroupEnd");
-    check(cudaEventRecord(st.nccl_stop, st.stream), "cudaEventRecord");
+    MOE_EP_NCCL_CHECK(ncclGroupEnd());
+    MOE_EP_CUDA_CHECK(cudaEventRecord(st.nccl_stop, st.stream));
     wait_nccl(rank);
     float ms = 0;
-    check(cudaEventElapsedTime(&ms, st.nccl_start, st.nccl_stop), "cudaEventElapsedTime");
+    MOE_EP_CUDA_CHECK(cudaEventElapsedTime(&ms, st.nccl_start, st.nccl_stop));
     return ms * 1e3;
   }
 
@@ -281,21 +267,21 @@ class CudaBenchBackend final : public BenchBackend {
     const Clock::time_point deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                                           std::chrono::duration<double>(timeout_s));
     for (;;) {
-      const cudaError_t done = cudaEventQuery(st.nccl_stop);
-      if (done == cudaSuccess) return;
-      if (done != cudaErrorNotReady) check(done, "cudaEventQuery");
+      const cudaError_t event_query = cudaEventQuery(st.nccl_stop);
+      if (event_query == cudaSuccess) return;
+      if (event_query != cudaErrorNotReady) MOE_EP_CUDA_CHECK(event_query);
       ncclResult_t async = ncclSuccess;
-      check_nccl(ncclCommGetAsyncError(nccl_comms_[rank], &async), "ncclCommGetAsyncError");
+      MOE_EP_NCCL_CHECK(ncclCommGetAsyncError(nccl_comms_[rank], &async));
       if (async != ncclSuccess) {
         abort_nccl(rank);
-        check_nccl(async, "NCCL baseline all-to-allv");
+        throw NcclError(fmt::format("bench: the NCCL baseline all-to-allv failed: {}",
+                                    ncclGetErrorString(async)));
       }
       if (Clock::now() > deadline) {
         abort_nccl(rank);
-        char seconds[32];
-        std::snprintf(seconds, sizeof(seconds), "%g", timeout_s);
-        throw Timeout(std::string("bench: the NCCL baseline all-to-allv did not finish within ") +
-                      seconds + " s (MOE_EP_TIMEOUT_S)");
+        throw Timeout(fmt::format(
+            "bench: the NCCL baseline all-to-allv did not finish within {:g} s (MOE_EP_TIMEOUT_S)",
+            timeout_s));
       }
       std::this_thread::yield();
     }

@@ -1,7 +1,7 @@
-// The harness side of one rank's checked run: fetch every dispatch output to the host, apply the
-// identity expert to what arrived, and count the elements that differ, bit for bit, from the
-// reference (reference.h). Mismatches are described (field, rank, first index, both values) so a
-// failing row says where to look.
+// The harness side of one rank's checked run: fetch every dispatch output to the host and count
+// the elements that differ, bit for bit, from the reference (src/reference/reference.h, which
+// also holds the identity expert applied to what arrived). Mismatches are described (field,
+// rank, first index, both values) so a failing row says where to look.
 #pragma once
 
 #include <cstdint>
@@ -10,17 +10,14 @@
 
 #include "bench_backend.h"
 #include "moe_ep/op.h"
-#include "reference.h"
+#include "reference/reference.h"
 
 namespace moe_ep::cli {
 
+using reference::DispatchOutputs;
+
 // Copies every output of `result` to the host (num_recv rows of each per-row output).
 DispatchOutputs download_outputs(BenchBackend& backend, int rank, const DispatchResult& result);
-
-// The identity expert of `moe-ep bench`: y[i] = bf16(sum over slots k ascending with
-// recv_topk_idx[i][k] >= 0 of w_k * decode(recv_x[i])), fp32 from 0. Returns [R, H] bf16 bits.
-std::vector<uint16_t> identity_expert(DispatchDtype dtype, const DispatchOutputs& recv,
-                                      int64_t hidden, int topk);
 
 struct CheckResult {
   int64_t wrong = 0;               // differing elements over all fields

@@ -1,4 +1,4 @@
-// `moe-ep bench` (DESIGN 9): the options on the CLI11 app, then plan (every check before any
+// `moe-ep bench` (docs/bench.md): the options on the CLI11 app, then plan (every check before any
 // rank starts) -> inputs -> run pair by pair, printing each row as it finishes -> footer and
 // JSON. Exit 0 when every checked element matched, 1 when any differs.
 #include <CLI/CLI.hpp>

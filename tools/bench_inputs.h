@@ -1,5 +1,5 @@
-// Replayable inputs of `moe-ep bench` (STYLE: every value derives from (seed, rank, index), so
-// any rank can regenerate any other rank's data): gaussian x of standard deviation x_std, uniform
+// Replayable inputs of `moe-ep bench` (every value derives from (seed, rank, index), so any rank
+// can regenerate any other rank's data): gaussian x of standard deviation x_std, uniform
 // routing with distinct experts per token, positive weights normalised over the token's slots,
 // and a fraction of masked slots. Also the two measures that depend only on the inputs: the
 // number of rows that cross ranks (for the byte counts) and the error of `out` against

@@ -3,8 +3,9 @@
 // the OpConfig field; the field is mapped back to the flag the user typed.
 #include "bench_options.h"
 
+#include <fmt/format.h>
+
 #include <cmath>
-#include <cstdio>
 #include <fstream>
 
 #include "bench_backend.h"
@@ -186,15 +187,13 @@ BenchPlan plan_bench(const BenchOptions& o) {
   check_at_least("--iters", plan.iters, 1, "iters");
   check_at_least("--warmup", plan.warmup, 0, "warmup");
   if (!(o.masked_fraction >= 0.0 && o.masked_fraction <= 1.0)) {
-    char text[32];
-    std::snprintf(text, sizeof(text), "%g", o.masked_fraction);
-    bad_argument("--masked-fraction", text, "the fraction of masked slots must be in [0, 1]");
+    bad_argument("--masked-fraction", fmt::format("{:g}", o.masked_fraction),
+                 "the fraction of masked slots must be in [0, 1]");
   }
   // Finite, positive and small enough that x stays finite in bf16 (5 sigma below bf16's max).
   if (!(o.x_std > 0.0 && o.x_std <= 1e37)) {
-    char text[32];
-    std::snprintf(text, sizeof(text), "%g", o.x_std);
-    bad_argument("--x-std", text, "the standard deviation of x must be in (0, 1e37]");
+    bad_argument("--x-std", fmt::format("{:g}", o.x_std),
+                 "the standard deviation of x must be in (0, 1e37]");
   }
   for (const DtypePair& pair : plan.pairs) {
     try {

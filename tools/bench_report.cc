@@ -1,10 +1,12 @@
-// Table, footer and JSON of `moe-ep bench`. The JSON is written by hand (no JSON library in the
-// tree): strings go through json_string, non-finite numbers become null.
+// Table, footer and JSON of `moe-ep bench`. The table is formatted with fmt, the JSON written
+// with nlohmann-json (an ordered object per record, so the fields keep their documented order;
+// non-finite numbers become null).
 #include "bench_report.h"
 
-#include <cmath>
-#include <cstdio>
+#include <fmt/format.h>
+
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "commands.h"
 
@@ -13,23 +15,18 @@ namespace {
 
 constexpr size_t kMaxNotes = 10;  // mismatch lines printed after the table
 
-std::string format(const char* fmt, double value) {
-  char text[64];
-  std::snprintf(text, sizeof(text), fmt, value);
-  return text;
-}
-
 std::string pct(const std::optional<double>& value) {
-  return value ? format("%.1f", *value) : std::string("-");
-}
-
-std::string json_number(double value) {
-  return std::isfinite(value) ? format("%.17g", value) : std::string("null");
+  return value ? fmt::format("{:.1f}", *value) : std::string("-");
 }
 
 // nccl / moe-ep time of a leg: above 1 when moe-ep is faster.
 std::string ratio(double nccl_us, double moe_ep_us) {
-  return moe_ep_us > 0.0 ? format("%.2f", nccl_us / moe_ep_us) : std::string("-");
+  return moe_ep_us > 0.0 ? fmt::format("{:.2f}", nccl_us / moe_ep_us) : std::string("-");
+}
+
+// A JSON number, or null for nullopt (nlohmann writes NaN and Inf as null too).
+nlohmann::ordered_json number_or_null(const std::optional<double>& value) {
+  return value ? nlohmann::ordered_json(*value) : nlohmann::ordered_json(nullptr);
 }
 
 }  // namespace
@@ -56,15 +53,11 @@ PairMetrics pair_metrics(const BenchPlan& plan, int64_t remote_rows, const PairR
 
 void print_header(std::ostream& os, const BenchPlan& plan, const std::string& backend) {
   const InputShape& s = plan.shape;
-  char line[512];
-  std::snprintf(
-      line, sizeof(line),
-      "# moe-ep bench: backend %s, ranks %d, tokens %d/rank (max %d), hidden %d, "
-      "experts %d, topk %d, masked %g, x_std %g, iters %d, warmup %d, seed %llu, check %s\n",
-      backend.c_str(), s.ranks, s.tokens, plan.max_tokens, s.hidden, s.experts, s.topk,
-      s.masked_fraction, s.x_std, plan.iters, plan.warmup, static_cast<unsigned long long>(s.seed),
-      plan.check ? "on" : "off");
-  os << line;
+  os << fmt::format(
+      "# moe-ep bench: backend {}, ranks {}, tokens {}/rank (max {}), hidden {}, experts {}, "
+      "topk {}, masked {:g}, x_std {:g}, iters {}, warmup {}, seed {}, check {}\n",
+      backend, s.ranks, s.tokens, plan.max_tokens, s.hidden, s.experts, s.topk, s.masked_fraction,
+      s.x_std, plan.iters, plan.warmup, s.seed, plan.check ? "on" : "off");
   for (const std::string& note : plan.notes) os << "# " << note << "\n";
   os << "# times: median over iterations of the slowest rank; MB: bytes per rank per leg sent "
         "to other ranks (1e6); rel_err vs fp64 on the bf16 input\n";
@@ -73,33 +66,27 @@ void print_header(std::ostream& os, const BenchPlan& plan, const std::string& ba
           "peer, self included, same statistic; d_x, comb_x: nccl / moe-ep time (> 1: moe-ep "
           "faster)\n";
   }
-  std::snprintf(line, sizeof(line), "%-8s %-15s %10s %10s %8s %8s %9s %9s %7s %7s %9s %7s",
-                "dispatch", "combine", "disp_us", "comb_us", "disp_MB", "comb_MB", "disp_GB/s",
-                "comb_GB/s", "d_%flr", "c_%flr", "rel_err", "#wrong");
-  os << line;
+  os << fmt::format("{:<8} {:<15} {:>10} {:>10} {:>8} {:>8} {:>9} {:>9} {:>7} {:>7} {:>9} {:>7}",
+                    "dispatch", "combine", "disp_us", "comb_us", "disp_MB", "comb_MB", "disp_GB/s",
+                    "comb_GB/s", "d_%flr", "c_%flr", "rel_err", "#wrong");
   if (plan.nccl_baseline) {
-    std::snprintf(line, sizeof(line), " %10s %10s %7s %7s", "nccl_d_us", "nccl_c_us", "d_x",
-                  "comb_x");
-    os << line;
+    os << fmt::format(" {:>10} {:>10} {:>7} {:>7}", "nccl_d_us", "nccl_c_us", "d_x", "comb_x");
   }
   os << "\n" << std::flush;
 }
 
 void print_row(std::ostream& os, const PairResult& r, const PairMetrics& m) {
-  char line[512];
   const std::string wrong = r.wrong ? std::to_string(*r.wrong) : std::string("-");
-  std::snprintf(line, sizeof(line),
-                "%-8s %-15s %10.1f %10.1f %8.3f %8.3f %9.2f %9.2f %7s %7s %9.3g %7s",
-                short_name(r.pair.dispatch), short_name(r.pair.combine), r.dispatch_us,
-                r.combine_us, m.dispatch_bytes / 1e6, m.combine_bytes / 1e6, m.dispatch_algbw_gbps,
-                m.combine_algbw_gbps, pct(m.dispatch_floor_pct).c_str(),
-                pct(m.combine_floor_pct).c_str(), r.rel_err, wrong.c_str());
-  os << line;
+  os << fmt::format(
+      "{:<8} {:<15} {:>10.1f} {:>10.1f} {:>8.3f} {:>8.3f} {:>9.2f} {:>9.2f} {:>7} {:>7} {:>9.3g} "
+      "{:>7}",
+      short_name(r.pair.dispatch), short_name(r.pair.combine), r.dispatch_us, r.combine_us,
+      m.dispatch_bytes / 1e6, m.combine_bytes / 1e6, m.dispatch_algbw_gbps, m.combine_algbw_gbps,
+      pct(m.dispatch_floor_pct), pct(m.combine_floor_pct), r.rel_err, wrong);
   if (r.nccl_dispatch_us && r.nccl_combine_us) {
-    std::snprintf(line, sizeof(line), " %10.1f %10.1f %7s %7s", *r.nccl_dispatch_us,
-                  *r.nccl_combine_us, ratio(*r.nccl_dispatch_us, r.dispatch_us).c_str(),
-                  ratio(*r.nccl_combine_us, r.combine_us).c_str());
-    os << line;
+    os << fmt::format(" {:>10.1f} {:>10.1f} {:>7} {:>7}", *r.nccl_dispatch_us, *r.nccl_combine_us,
+                      ratio(*r.nccl_dispatch_us, r.dispatch_us),
+                      ratio(*r.nccl_combine_us, r.combine_us));
   }
   os << "\n" << std::flush;
 }
@@ -129,67 +116,51 @@ int64_t print_footer(std::ostream& os, const BenchPlan& plan,
   return wrong;
 }
 
-std::string json_string(const std::string& text) {
-  std::string out = "\"";
-  for (const char ch : text) {
-    const auto c = static_cast<unsigned char>(ch);
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (c < 0x20) {
-          char escaped[8];
-          std::snprintf(escaped, sizeof(escaped), "\\u%04x", c);
-          out += escaped;
-        } else {
-          out += ch;  // UTF-8 bytes pass through unchanged
-        }
-    }
-  }
-  return out + "\"";
-}
-
 void write_json(const std::string& path, const BenchPlan& plan, const std::string& backend,
                 const std::vector<PairResult>& results, const std::vector<PairMetrics>& metrics) {
   const InputShape& s = plan.shape;
-  std::ofstream file(path, std::ios::trunc);
-  if (!file) throw RunFailure("--json=" + path + ": cannot open the file for writing");
-  file << "[\n";
+  nlohmann::ordered_json records = nlohmann::ordered_json::array();
   for (size_t i = 0; i < results.size(); ++i) {
     const PairResult& r = results[i];
     const PairMetrics& m = metrics[i];
-    auto opt = [](const std::optional<double>& v) { return v ? json_number(*v) : "null"; };
-    file << "  {"
-         << "\"backend\": " << json_string(backend) << ", \"ranks\": " << s.ranks
-         << ", \"tokens\": " << s.tokens << ", \"max_tokens\": " << plan.max_tokens
-         << ", \"hidden\": " << s.hidden << ", \"experts\": " << s.experts
-         << ", \"topk\": " << s.topk << ", \"masked_fraction\": " << json_number(s.masked_fraction)
-         << ", \"x_std\": " << json_number(s.x_std) << ", \"seed\": " << s.seed
-         << ", \"iters\": " << plan.iters << ", \"warmup\": " << plan.warmup
-         << ", \"dispatch_dtype\": " << json_string(to_string(r.pair.dispatch))
-         << ", \"combine_dtype\": " << json_string(to_string(r.pair.combine))
-         << ", \"dispatch_us\": " << json_number(r.dispatch_us)
-         << ", \"combine_us\": " << json_number(r.combine_us)
-         << ", \"dispatch_bytes\": " << m.dispatch_bytes
-         << ", \"combine_bytes\": " << m.combine_bytes
-         << ", \"bytes_per_rank\": " << m.dispatch_bytes + m.combine_bytes
-         << ", \"dispatch_algbw_gbps\": " << json_number(m.dispatch_algbw_gbps)
-         << ", \"combine_algbw_gbps\": " << json_number(m.combine_algbw_gbps)
-         << ", \"dispatch_pct_floor\": " << opt(m.dispatch_floor_pct)
-         << ", \"combine_pct_floor\": " << opt(m.combine_floor_pct)
-         << ", \"rel_err\": " << json_number(r.rel_err)
-         << ", \"checked\": " << (r.wrong ? "true" : "false")
-         << ", \"wrong\": " << (r.wrong ? std::to_string(*r.wrong) : std::string("null"));
+    nlohmann::ordered_json record;
+    record["backend"] = backend;
+    record["ranks"] = s.ranks;
+    record["tokens"] = s.tokens;
+    record["max_tokens"] = plan.max_tokens;
+    record["hidden"] = s.hidden;
+    record["experts"] = s.experts;
+    record["topk"] = s.topk;
+    record["masked_fraction"] = s.masked_fraction;
+    record["x_std"] = s.x_std;
+    record["seed"] = s.seed;
+    record["iters"] = plan.iters;
+    record["warmup"] = plan.warmup;
+    record["dispatch_dtype"] = to_string(r.pair.dispatch);
+    record["combine_dtype"] = to_string(r.pair.combine);
+    record["dispatch_us"] = r.dispatch_us;
+    record["combine_us"] = r.combine_us;
+    record["dispatch_bytes"] = m.dispatch_bytes;
+    record["combine_bytes"] = m.combine_bytes;
+    record["bytes_per_rank"] = m.dispatch_bytes + m.combine_bytes;
+    record["dispatch_algbw_gbps"] = m.dispatch_algbw_gbps;
+    record["combine_algbw_gbps"] = m.combine_algbw_gbps;
+    record["dispatch_pct_floor"] = number_or_null(m.dispatch_floor_pct);
+    record["combine_pct_floor"] = number_or_null(m.combine_floor_pct);
+    record["rel_err"] = r.rel_err;
+    record["checked"] = r.wrong.has_value();
+    record["wrong"] = r.wrong ? nlohmann::ordered_json(*r.wrong) : nlohmann::ordered_json(nullptr);
     if (r.nccl_dispatch_us && r.nccl_combine_us) {
-      file << ", \"nccl_dispatch_us\": " << json_number(*r.nccl_dispatch_us)
-           << ", \"nccl_combine_us\": " << json_number(*r.nccl_combine_us);
+      record["nccl_dispatch_us"] = *r.nccl_dispatch_us;
+      record["nccl_combine_us"] = *r.nccl_combine_us;
     }
-    file << "}" << (i + 1 < results.size() ? ",\n" : "\n");
+    records.push_back(std::move(record));
   }
-  file << "]\n";
+  std::ofstream file(path, std::ios::trunc);
+  if (!file) throw RunFailure("--json=" + path + ": cannot open the file for writing");
+  // Invalid UTF-8 (none is expected: the strings are dtype and backend names) is replaced
+  // rather than thrown.
+  file << records.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
   file.close();
   if (!file) throw RunFailure("--json=" + path + ": writing the file failed");
 }

@@ -42,7 +42,4 @@ int64_t print_footer(std::ostream& os, const BenchPlan& plan,
 void write_json(const std::string& path, const BenchPlan& plan, const std::string& backend,
                 const std::vector<PairResult>& results, const std::vector<PairMetrics>& metrics);
 
-// JSON string literal of `text` (quotes added; ", \, control characters escaped).
-std::string json_string(const std::string& text);
-
 }  // namespace moe_ep::cli

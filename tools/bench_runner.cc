@@ -23,7 +23,7 @@
 #include "commands.h"
 #include "moe_ep/dtypes.h"
 #include "moe_ep/errors.h"
-#include "reference.h"
+#include "reference/reference.h"
 
 namespace moe_ep::cli {
 namespace {
@@ -87,8 +87,8 @@ struct PairContext {
   BenchBackend& backend;
   const std::vector<std::shared_ptr<Communicator>>& comms;
   const BenchInputs& inputs;
-  const std::vector<RefInput>& ref_inputs;
-  RefShape ref_shape;
+  const std::vector<reference::RankInput>& ref_inputs;
+  reference::Shape ref_shape;
 };
 
 TensorView shape_of(ScalarType dtype, int64_t rows, int64_t cols) {
@@ -149,13 +149,14 @@ void run_rank(const PairContext& ctx, int rank, PairShared& shared) {
   std::vector<uint16_t> ref_out;  // [T, H] bf16 bits
   if (ctx.plan.check) {
     shared.ref_recv[rank] =
-        reference_dispatch(ctx.ref_shape, ctx.pair.dispatch, ctx.ref_inputs, rank);
-    shared.ref_y[rank] = reference_expert(ctx.ref_shape, ctx.pair.dispatch, shared.ref_recv[rank]);
+        reference::dispatch(ctx.ref_shape, ctx.pair.dispatch, ctx.ref_inputs, rank);
+    shared.ref_y[rank] =
+        reference::identity_expert(ctx.ref_shape, ctx.pair.dispatch, shared.ref_recv[rank]);
   }
   shared.barrier.wait();
   if (ctx.plan.check) {
-    ref_out = reference_combine(ctx.ref_shape, ctx.pair.combine, shared.ref_recv, shared.ref_y,
-                                rank, s.tokens);
+    ref_out = reference::combine(ctx.ref_shape, ctx.pair.combine, shared.ref_recv, shared.ref_y,
+                                 rank, s.tokens);
   }
 
   // 2. Device inputs, the op and the checked run.
@@ -179,7 +180,7 @@ void run_rank(const PairContext& ctx, int rank, PairShared& shared) {
   const DispatchOutputs got = download_outputs(backend, rank, result);
   const int64_t num_recv = result.num_recv;
   const std::vector<uint16_t> y_host =
-      identity_expert(ctx.pair.dispatch, got, s.hidden, s.topk);  // [R, H]
+      reference::identity_expert(ctx.ref_shape, ctx.pair.dispatch, got);  // [R, H]
   const BenchTensor y =
       upload_new(backend, rank, y_host.data(), shape_of(ScalarType::kBFloat16, num_recv, s.hidden));
   op->combine(result.handle, y.view, out.view, stream);
@@ -283,12 +284,14 @@ std::vector<PairResult> run_bench(const BenchPlan& plan, BenchBackend& backend,
                                   const BenchInputs& inputs,
                                   const std::function<void(const PairResult&)>& on_pair) {
   const InputShape& s = plan.shape;
-  std::vector<RefInput> ref_inputs(s.ranks);  // [W] views of the inputs for the reference
+  std::vector<reference::RankInput> ref_inputs(s.ranks);  // [W] the inputs as host arrays
   for (int r = 0; r < s.ranks; ++r) {
-    ref_inputs[r] = RefInput{s.tokens, inputs.ranks[r].x.data(), inputs.ranks[r].topk_idx.data(),
-                             inputs.ranks[r].topk_weights.data()};
+    ref_inputs[r].num_tokens = s.tokens;
+    ref_inputs[r].x = inputs.ranks[r].x.data();
+    ref_inputs[r].topk_idx = inputs.ranks[r].topk_idx.data();
+    ref_inputs[r].topk_weights = inputs.ranks[r].topk_weights.data();
   }
-  const RefShape ref_shape{s.ranks, s.hidden, s.experts, s.topk};
+  const reference::Shape ref_shape{s.ranks, s.hidden, s.experts, s.topk};
 
   std::vector<PairResult> results;
   for (const DtypePair& pair : plan.pairs) {

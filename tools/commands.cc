@@ -1,6 +1,8 @@
 // The shared pieces of commands.h: the bad-argument error and the log buffer.
 #include "commands.h"
 
+#include <fmt/format.h>
+
 #include <cstdio>
 
 #include "moe_ep/errors.h"
@@ -23,7 +25,7 @@ void LogBuffer::install() {
 void LogBuffer::flush_to_stderr() {
   set_log_sink({});
   for (const Line& line : take()) {
-    std::fprintf(stderr, "moe-ep [%s] %s\n", to_string(line.level), line.message.c_str());
+    fmt::print(stderr, "moe-ep [{}] {}\n", to_string(line.level), line.message);
   }
 }
 

@@ -1,9 +1,11 @@
-// `moe-ep config` (DESIGN 5, 9): the resolved dispatch and combine dtypes for the given weights
-// and requests, where each came from, the warnings that apply, the MOE_EP_* variables that are
-// set, and the registry of every knob. A bad variable or option exits 2 naming it.
+// `moe-ep config` (docs/bench.md, docs/config.md): the resolved dispatch and combine dtypes for
+// the given weights and requests, where each came from, the warnings that apply, the MOE_EP_*
+// variables that are set, and the registry of every knob. A bad variable or option exits 2
+// naming it.
+#include <fmt/format.h>
+
 #include <CLI/CLI.hpp>
 #include <algorithm>
-#include <cstdio>
 #include <iostream>
 
 #include "commands.h"
@@ -58,12 +60,12 @@ int run(const ConfigOptions& o, LogBuffer& logs) {
   }
 
   std::cout << "moe-ep config (weights " << to_string(weights) << ")\n";
-  std::printf("  dispatch dtype: %-18s (%s)  source: %-15s from: %s\n", to_string(res.dispatch),
-              short_name(res.dispatch), to_string(res.dispatch_source),
-              res.dispatch_origin.c_str());
-  std::printf("  combine dtype:  %-18s (%s)  source: %-15s from: %s\n", to_string(res.combine),
-              short_name(res.combine), to_string(res.combine_source), res.combine_origin.c_str());
-  std::fflush(stdout);
+  std::cout << fmt::format("  dispatch dtype: {:<18} ({})  source: {:<15} from: {}\n",
+                           to_string(res.dispatch), short_name(res.dispatch),
+                           to_string(res.dispatch_source), res.dispatch_origin);
+  std::cout << fmt::format("  combine dtype:  {:<18} ({})  source: {:<15} from: {}\n",
+                           to_string(res.combine), short_name(res.combine),
+                           to_string(res.combine_source), res.combine_origin);
   std::cout << "warnings:" << (warnings.empty() ? " none" : "") << "\n";
   for (const std::string& w : warnings) std::cout << "  " << w << "\n";
   std::cout << "MOE_EP_* variables set:" << (knobs.set_variables.empty() ? " none" : "") << "\n";
@@ -72,10 +74,10 @@ int run(const ConfigOptions& o, LogBuffer& logs) {
   }
   std::cout << "knobs:\n";
   for (const KnobInfo& knob : knob_registry()) {
-    std::printf("  %-22s %-7s default %-6s %s\n", knob.name, knob.type, knob.default_value,
-                knob.help);
+    std::cout << fmt::format("  {:<22} {:<7} default {:<6} {}\n", knob.name, knob.type,
+                             knob.default_value, knob.help);
   }
-  std::fflush(stdout);
+  std::cout << std::flush;
   return 0;
 }
 

@@ -1,7 +1,9 @@
-// The `moe-ep` command line (DESIGN 9): `moe-ep bench` and `moe-ep config`. Exit codes: 0 on
+// The `moe-ep` command line (docs/bench.md): `moe-ep bench` and `moe-ep config`. Exit codes: 0 on
 // success; 1 when a run fails or a checked element is wrong; 2 for a bad argument or MOE_EP_*
 // variable, reported as exactly one stderr line naming the argument, the value and what is
 // allowed (CLI11's own parse errors included).
+#include <fmt/format.h>
+
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <string>
@@ -19,7 +21,7 @@ constexpr int kExitBadArgument = 2;
 int fail(int code, std::string message) {
   for (char& c : message) c = (c == '\n' || c == '\r') ? ' ' : c;
   while (!message.empty() && message.back() == ' ') message.pop_back();
-  std::fprintf(stderr, "moe-ep: %s\n", message.c_str());
+  fmt::print(stderr, "moe-ep: {}\n", message);
   return code;
 }
 

@@ -1,7 +1,9 @@
-// The CUDA backend's communicators (DESIGN 7): one rank per GPU over an ncclComm_t. A framework
-// hands in its own communicator (make_nccl_communicator), or a single process driving several
-// GPUs from threads creates one per device (make_local_nccl_communicators). Available when the
-// library is built with CUDA (MOE_EP_WITH_CUDA); otherwise these functions throw InvalidArgument.
+// The CUDA backend's communicators (docs/design.md#backends-and-transports): one rank per GPU over
+// an ncclComm_t. A framework hands in its own communicator (make_nccl_communicator), or a single
+// process driving several GPUs from threads creates one per device
+// (make_local_nccl_communicators). make_single_gpu_world puts several ranks on one GPU, for
+// protocol tests. Available when the library is built with CUDA (MOE_EP_WITH_CUDA); otherwise
+// these functions throw InvalidArgument.
 #pragma once
 
 #include <memory>
@@ -36,5 +38,16 @@ std::shared_ptr<Communicator> make_nccl_communicator(const std::string& unique_i
 // One communicator per device, created with ncclCommInitAll and owned by the returned objects.
 std::vector<std::shared_ptr<Communicator>> make_local_nccl_communicators(
     const std::vector<int>& devices);
+
+// A test world of `world_size` ranks on ONE GPU: rank r is communicator r, driven from its own
+// thread and stream; peers' buffers are plain device memory of that GPU, and the unchanged
+// kernels and protocol run between them. It tests the protocol, not link speed: its times are
+// never multi-GPU figures. Ranks wait on each other across streams, so every rank's kernels must
+// fit on the GPU together: one op of a rank may use at most floor(SMs / world_size) SMs (the
+// default budget is clamped to that; an explicit larger num_sms is an error), and world sizes
+// above the SM count are refused. timeout_s bounds the host-side exchanges of the world
+// (0 takes MOE_EP_TIMEOUT_S).
+std::vector<std::shared_ptr<Communicator>> make_single_gpu_world(int world_size, int device = 0,
+                                                                 double timeout_s = 0);
 
 }  // namespace moe_ep

@@ -1,7 +1,9 @@
-// The op: one rank's handle on a collective dispatch/combine pair (DESIGN 2-3, 5-6).
-// Lifecycle: check_config (pure) -> create_op (collective: allocates communication buffers and
-// checks that every rank passed the same configuration) -> dispatch / combine (collective).
-// Every rank of the communicator makes the same calls in the same order.
+// The op: one rank's handle on a collective dispatch/combine pair (docs/design.md#dispatch,
+// #combine, #errors). Lifecycle: check_config (pure) -> create_op (collective: every rank's
+// verdict on its configuration and the configuration itself are agreed on before any buffer is
+// allocated) -> dispatch / combine (collective). Every rank of the communicator makes the same
+// calls in the same order; each call first agrees on every rank's verdict on its arguments and on
+// the identity of the call (docs/design.md#collective-calls-and-agreement).
 #pragma once
 
 #include <cstdint>
@@ -37,6 +39,10 @@ struct OpConfig {
   DispatchDtype dispatch_dtype = DispatchDtype::bf16;  // resolved (see resolve_dtypes)
   CombineDtype combine_dtype = CombineDtype::bf16;
   int instance_id = 0;  // lets a caller keep two otherwise equal ops apart
+  // SM budget of the CUDA kernels: they occupy at most the threads and registers of num_sms SMs
+  // (docs/design.md#streams-and-the-sm-budget). 0 takes MOE_EP_NUM_SMS, and when that is 0 too,
+  // the library default (min(32, SMs of the device) for normal mode). Ignored by the CPU backend.
+  int num_sms = 0;
 
   bool operator==(const OpConfig& other) const;
   std::string describe() const;
@@ -44,6 +50,12 @@ struct OpConfig {
 
 // Throws InvalidArgument naming the field, its value and the rule. Pure; O(1).
 void check_config(const OpConfig& config, int world_size);
+
+// The collective calls of an op. Each call of a rank carries its kind and number (dispatch #n is
+// the n-th successful dispatch; combine #n combines dispatch #n), and ranks in different calls
+// fail together instead of pairing.
+enum class CallKind : uint8_t { kDispatch, kCombine };
+const char* to_string(CallKind kind);  // "dispatch", "combine"
 
 // Ties a combine to the dispatch that produced it.
 struct Handle {
@@ -90,14 +102,27 @@ class Op {
   // Waits for this op's work queued on `stream` and raises any error its kernels reported
   // (e.g. a Timeout inside combine). Calls also raise such errors at their next entry.
   virtual void synchronize(void* stream = nullptr) { (void)stream; }
+  // For layers above this API whose own argument checks failed (the Python package): joins this
+  // rank's next call of `kind` with a rejected verdict, so that every rank's call fails with
+  // InvalidArgument naming this rank and `reason` instead of waiting for it; throws that error
+  // here too. The op stays usable. `stream` orders it like the call it replaces (CUDA).
+  virtual void reject(CallKind kind, const std::string& reason, void* stream = nullptr) = 0;
 };
 
-// Collective: every rank of `comm` calls it with the same config.
+// Collective: every rank of `comm` calls it with the same config. Creations are matched by
+// configuration, not by counting calls: a rank that rejects its configuration (or misses a
+// creation) fails that creation on every rank and the next creation works.
 std::shared_ptr<Op> create_op(const std::shared_ptr<Communicator>& comm, const OpConfig& config);
 
-// LRU cache of ops keyed by (group, configuration), capacity 4 by default (DESIGN 5). One cache
-// per rank; because every rank makes the same calls, every rank evicts the same ops in the same
-// order. The evicted op is released when the last reference to it goes.
+// For layers above this API that reject an op creation before calling create_op (e.g. a dtype
+// name that does not parse): tells the ranks of `comm` that are creating an op that this rank
+// will not join, so they fail at once with InvalidArgument naming this rank and `reason`.
+void reject_create(const std::shared_ptr<Communicator>& comm, const std::string& reason);
+
+// LRU cache of ops keyed by (group, configuration), capacity 4 by default
+// (docs/design.md#configuration). One cache per rank; because every rank makes the same calls,
+// every rank evicts the same ops in the same order. The evicted op is released when the last
+// reference to it goes. Not thread-safe: one cache per rank and thread.
 class OpCache {
  public:
   explicit OpCache(size_t capacity = 4);

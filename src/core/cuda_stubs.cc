@@ -26,6 +26,10 @@ std::vector<std::shared_ptr<Communicator>> make_local_nccl_communicators(const s
   throw InvalidArgument("backend=cuda: this moe-ep was built without the CUDA backend");
 }
 
+std::vector<std::shared_ptr<Communicator>> make_single_gpu_world(int, int, double) {
+  throw InvalidArgument("backend=cuda: this moe-ep was built without the CUDA backend");
+}
+
 }  // namespace moe_ep
 
 #endif  // MOE_EP_WITH_CUDA

@@ -1,16 +1,17 @@
-// Layout of one rank's symmetric communication buffer (CUDA backend), as one __host__ __device__
-// struct with named getters so no offset arithmetic is repeated in kernels or launchers. Every
-// rank has the same layout, so an offset computed locally addresses the same field in a peer.
+// Layout of one rank's communication buffer (CUDA backend), as one __host__ __device__ struct
+// with named getters so no offset arithmetic is repeated in kernels or launchers. Every rank has
+// the same layout, so an offset computed locally addresses the same field in a peer. Regions, in
+// order (each starts on a 256-byte boundary; rows are whole 16-byte units):
 //
-//   control:  counts    [2 parities][W src][W dst]   uint64 {seq << 32 | rows s -> d}
-//             experts   [2 parities][W src][E/W]     uint64 {seq << 32 | rows naming local e}
-//             done      [W src]                      uint64 seq: src's dispatch rows landed
-//   dispatch: payload [W*Tmax][payload_bytes], scales [W*Tmax][scale_bytes],
-//             topk_idx [W*Tmax][K] int32, topk_weights [W*Tmax][K] fp32,
-//             src_rank [W*Tmax] int32, src_token [W*Tmax] int32
-//   combine:  rows [W src][Tmax][payload_bytes + scale_bytes]  (source rank r's row for token t)
-//             row-ready flags [W src][Tmax] uint64
-// Every region starts on a 256-byte boundary; rows are whole 16-byte units (H % 8 == 0).
+//   steps      [2 parities][W src] {info, tag}      who is in which call, and its verdict
+//   reasons    [2 parities][W src] StepReason       why src rejected its call of that step
+//   counts     [2 parities][W src][W dst] uint64    {step << 32 | rows s -> d}
+//   experts    [2 parities][W src][E/W] uint64      {step << 32 | rows naming local e}
+//   done       [W src] uint64                       step: src's dispatch rows have landed
+//   dispatch   payload [W*Tmax][payload bytes], scales [W*Tmax][scale bytes],
+//              topk_idx [W*Tmax][K] int32, topk_weights [W*Tmax][K] fp32,
+//              src_rank [W*Tmax] int32, src_token [W*Tmax] int32
+//   combine    rows [W src][Tmax][payload + scale bytes], ready flags [W src][Tmax] uint64
 #pragma once
 
 #include <cstdint>
@@ -19,67 +20,124 @@
 
 namespace moe_ep {
 
+// What a rank that rejects a call leaves in every peer's `reasons` slot: the device error record
+// of a data scan (binary, formatted by the receiving host) or the host's message.
+inline constexpr int kStepReasonBytes = 384;
+
 struct BufferLayout {
+  enum Region {
+    kSteps,
+    kReasons,
+    kCounts,
+    kExperts,
+    kDone,
+    kPayload,
+    kScales,
+    kTopkIdx,
+    kTopkWeights,
+    kSrcRank,
+    kSrcToken,
+    kCombineRows,
+    kCombineFlags,
+    kEnd,
+    kNumRegions
+  };
+  static constexpr int64_t kAlign = 256;
+
   int32_t world_size = 1;
   int32_t local_experts = 1;  // E / W
   int32_t topk = 1;
   int32_t max_tokens = 1;              // per rank
   int64_t dispatch_payload_bytes = 0;  // per row
   int64_t dispatch_scale_bytes = 0;    // per row
-  int64_t combine_row_bytes = 0;       // payload + scales, per row
+  int64_t combine_row_bytes = 0;       // payload + scales, per row, a multiple of 16
+  int64_t offset[kNumRegions] = {};    // start of each region
 
-  static constexpr int64_t kAlign = 256;
+  // Sizes every region for these dimensions; the only place offsets are computed.
+  static BufferLayout make(int world_size, int local_experts, int topk, int max_tokens,
+                           int64_t dispatch_payload_bytes, int64_t dispatch_scale_bytes,
+                           int64_t combine_payload_and_scale_bytes) {
+    BufferLayout l;
+    l.world_size = world_size;
+    l.local_experts = local_experts;
+    l.topk = topk;
+    l.max_tokens = max_tokens;
+    l.dispatch_payload_bytes = dispatch_payload_bytes;
+    l.dispatch_scale_bytes = dispatch_scale_bytes;
+    l.combine_row_bytes = (combine_payload_and_scale_bytes + 15) / 16 * 16;
+    const int64_t w = world_size;
+    const int64_t rows = w * max_tokens;
+    const int64_t sizes[kNumRegions] = {16 * 2 * w,                     // steps
+                                        kStepReasonBytes * 2 * w,       // reasons
+                                        8 * 2 * w * w,                  // counts
+                                        8 * 2 * w * local_experts,      // experts
+                                        8 * w,                          // done
+                                        rows * dispatch_payload_bytes,  // payload
+                                        rows * dispatch_scale_bytes,    // scales
+                                        rows * topk * 4,                // topk_idx
+                                        rows * topk * 4,                // topk_weights
+                                        rows * 4,                       // src_rank
+                                        rows * 4,                       // src_token
+                                        rows * l.combine_row_bytes,     // combine rows
+                                        8 * rows,                       // combine flags
+                                        0};                             // end
+    int64_t at = 0;
+    for (int r = 0; r < kNumRegions; ++r) {
+      l.offset[r] = at;
+      at = align_up(at + sizes[r]);
+    }
+    return l;
+  }
+
   MOE_EP_HD static int64_t align_up(int64_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
-
   MOE_EP_HD int64_t max_recv_rows() const { return static_cast<int64_t>(world_size) * max_tokens; }
+  MOE_EP_HD int64_t total_bytes() const { return offset[kEnd]; }
+  // The control regions (steps .. done), which are zeroed at creation.
+  MOE_EP_HD int64_t control_bytes() const { return offset[kPayload]; }
 
-  // control region
+  // control
+  MOE_EP_HD int64_t step_offset(int parity, int src) const {
+    return offset[kSteps] + 16 * (static_cast<int64_t>(parity) * world_size + src);
+  }
+  MOE_EP_HD int64_t reason_offset(int parity, int src) const {
+    return offset[kReasons] + static_cast<int64_t>(kStepReasonBytes) *
+                                  (static_cast<int64_t>(parity) * world_size + src);
+  }
   MOE_EP_HD int64_t counts_offset(int parity, int src, int dst) const {
-    return 8 * ((static_cast<int64_t>(parity) * world_size + src) * world_size + dst);
+    return offset[kCounts] +
+           8 * ((static_cast<int64_t>(parity) * world_size + src) * world_size + dst);
   }
   MOE_EP_HD int64_t experts_offset(int parity, int src, int local_expert) const {
-    const int64_t base = align_up(8LL * 2 * world_size * world_size);
-    return base +
+    return offset[kExperts] +
            8 * ((static_cast<int64_t>(parity) * world_size + src) * local_experts + local_expert);
   }
-  MOE_EP_HD int64_t done_offset(int leg, int src) const {
-    const int64_t base = experts_offset(0, 0, 0) + align_up(8LL * 2 * world_size * local_experts);
-    return base + 8 * (static_cast<int64_t>(leg) * world_size + src);
-  }
-  MOE_EP_HD int64_t control_bytes() const { return align_up(done_offset(1, 0)); }
+  MOE_EP_HD int64_t done_offset(int src) const { return offset[kDone] + 8 * src; }
 
-  // dispatch region
+  // dispatch receive rows
   MOE_EP_HD int64_t recv_payload_offset(int64_t row) const {
-    return control_bytes() + row * dispatch_payload_bytes;
+    return offset[kPayload] + row * dispatch_payload_bytes;
   }
   MOE_EP_HD int64_t recv_scales_offset(int64_t row) const {
-    return recv_payload_offset(max_recv_rows()) + row * dispatch_scale_bytes;
+    return offset[kScales] + row * dispatch_scale_bytes;
   }
   MOE_EP_HD int64_t recv_topk_idx_offset(int64_t row) const {
-    return align_up(recv_scales_offset(max_recv_rows())) + row * topk * 4;
+    return offset[kTopkIdx] + row * topk * 4;
   }
   MOE_EP_HD int64_t recv_topk_weights_offset(int64_t row) const {
-    return align_up(recv_topk_idx_offset(max_recv_rows())) + row * topk * 4;
+    return offset[kTopkWeights] + row * topk * 4;
   }
-  MOE_EP_HD int64_t recv_src_rank_offset(int64_t row) const {
-    return align_up(recv_topk_weights_offset(max_recv_rows())) + row * 4;
-  }
-  MOE_EP_HD int64_t recv_src_token_offset(int64_t row) const {
-    return align_up(recv_src_rank_offset(max_recv_rows())) + row * 4;
-  }
+  MOE_EP_HD int64_t recv_src_rank_offset(int64_t row) const { return offset[kSrcRank] + row * 4; }
+  MOE_EP_HD int64_t recv_src_token_offset(int64_t row) const { return offset[kSrcToken] + row * 4; }
 
-  // combine region
+  // combine: source rank r's row for token t, and its ready flag (equal to the step of the
+  // combine once the row has landed).
   MOE_EP_HD int64_t combine_row_offset(int src, int64_t token) const {
-    const int64_t base = align_up(recv_src_token_offset(max_recv_rows()));
-    return base + (static_cast<int64_t>(src) * max_tokens + token) * combine_row_bytes;
+    return offset[kCombineRows] +
+           (static_cast<int64_t>(src) * max_tokens + token) * combine_row_bytes;
   }
-  // Row-ready flags of combine: source rank r's row for token t has landed once the word at
-  // combine_flag_offset(r, t) equals the combine's sequence number ([W src][Tmax] x 8 bytes).
   MOE_EP_HD int64_t combine_flag_offset(int src, int64_t token) const {
-    const int64_t base = align_up(combine_row_offset(world_size, 0));
-    return base + 8 * (static_cast<int64_t>(src) * max_tokens + token);
+    return offset[kCombineFlags] + 8 * (static_cast<int64_t>(src) * max_tokens + token);
   }
-  MOE_EP_HD int64_t total_bytes() const { return align_up(combine_flag_offset(world_size, 0)); }
 };
 
 }  // namespace moe_ep

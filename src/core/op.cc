@@ -1,6 +1,7 @@
-// The backend-independent part of the op (DESIGN 5-6): OpConfig equality and description, the
-// pure configuration check (every rule names the field, its value and the rule), create_op, which
-// picks the backend from the communicator, and the per-rank LRU OpCache. The cache is keyed by
+// The backend-independent part of the op (docs/design.md#configuration, #errors): OpConfig
+// equality and description, the pure configuration check (every rule names the field, its value
+// and the rule), create_op and reject_create, which pick the backend from the communicator, and
+// the per-rank LRU OpCache. The cache is keyed by
 // (group, rank, full configuration); because every rank of a group makes the same get() calls in
 // the same order, every rank creates and evicts the same ops in the same order, which is what
 // makes collective creation and destruction safe.
@@ -23,11 +24,13 @@ namespace {
 // Upper limits: far above any deployment (DeepSeek-V3: E=256, K=8, H=7168; the largest public
 // MoEs use E<=512, K<=16, H<=16384) and low enough that sizes stay well inside int32 row indices
 // and int64 byte offsets: W * max_tokens <= 2^10 * 2^20 = 2^30 rows.
-constexpr int kMaxWorldSize = 1024;
+constexpr int kMaxRanks = 1024;
 constexpr int kMaxExperts = 4096;
 constexpr int kMaxTopk = 64;
 constexpr int kMaxHidden = 65536;
 constexpr int kMaxTokensPerRank = 1 << 20;
+// Far above any GPU's SM count (132 on H100/H200, 148 on B200); a backend checks the device's.
+constexpr int kMaxNumSms = 1024;
 
 bool valid_enum(DispatchDtype d) {
   return static_cast<int>(d) <= static_cast<int>(DispatchDtype::fp4);
@@ -69,7 +72,7 @@ bool OpConfig::operator==(const OpConfig& other) const {
   return num_experts == other.num_experts && hidden == other.hidden && topk == other.topk &&
          max_tokens_per_rank == other.max_tokens_per_rank &&
          dispatch_dtype == other.dispatch_dtype && combine_dtype == other.combine_dtype &&
-         instance_id == other.instance_id;
+         instance_id == other.instance_id && num_sms == other.num_sms;
 }
 
 std::string OpConfig::describe() const {
@@ -79,13 +82,14 @@ std::string OpConfig::describe() const {
      << " dispatch_dtype=" << (valid_enum(dispatch_dtype) ? to_string(dispatch_dtype) : "invalid")
      << " combine_dtype=" << (valid_enum(combine_dtype) ? to_string(combine_dtype) : "invalid")
      << " instance_id=" << instance_id;
+  if (num_sms != 0) os << " num_sms=" << num_sms;
   return os.str();
 }
 
 void check_config(const OpConfig& config, int world_size) {
   MOE_EP_CHECK_ARG(world_size >= 1, "world_size=", world_size, " must be >= 1");
-  MOE_EP_CHECK_ARG(world_size <= kMaxWorldSize, "world_size=", world_size, " exceeds the limit ",
-                   kMaxWorldSize);
+  MOE_EP_CHECK_ARG(world_size <= kMaxRanks, "world_size=", world_size, " exceeds the limit ",
+                   kMaxRanks);
 
   const int e = config.num_experts;
   MOE_EP_CHECK_ARG(e >= 1, "num_experts=", e, " must be >= 1");
@@ -120,24 +124,41 @@ void check_config(const OpConfig& config, int world_size) {
   MOE_EP_CHECK_ARG(t >= 1, "max_tokens_per_rank=", t, " must be >= 1");
   MOE_EP_CHECK_ARG(t <= kMaxTokensPerRank, "max_tokens_per_rank=", t, " exceeds the limit ",
                    kMaxTokensPerRank);
+
+  MOE_EP_CHECK_ARG(config.num_sms >= 0 && config.num_sms <= kMaxNumSms, "num_sms=", config.num_sms,
+                   " must be in [0, ", kMaxNumSms,
+                   "] (0 takes MOE_EP_NUM_SMS or the library default)");
 }
 
 std::shared_ptr<Op> create_op(const std::shared_ptr<Communicator>& comm, const OpConfig& config) {
   MOE_EP_CHECK_ARG(comm != nullptr, "create_op: comm is null");
+  // Each backend checks the configuration inside its creation rendezvous, so that a
+  // configuration rejected on one rank fails every rank at once instead of leaving them waiting.
   switch (comm->backend()) {
-    case Backend::kCpu:
-      // The CPU backend runs check_config inside its creation rendezvous, so that a configuration
-      // rejected on one rank fails every rank at once instead of leaving the others waiting.
-      return cpu_backend::create_op(comm, config);
+    case Backend::kCpu: return cpu_backend::create_op(comm, config);
     case Backend::kCuda:
 #if MOE_EP_WITH_CUDA
-      check_config(config, comm->size());
       return cuda_backend::create_op(comm, config);
 #else
       throw InvalidArgument("create_op: backend cuda is not built into this moe-ep");
 #endif
   }
   throw InvalidArgument(detail::concat("create_op: communicator backend ",
+                                       static_cast<int>(comm->backend()), " is not cpu or cuda"));
+}
+
+void reject_create(const std::shared_ptr<Communicator>& comm, const std::string& reason) {
+  MOE_EP_CHECK_ARG(comm != nullptr, "reject_create: comm is null");
+  switch (comm->backend()) {
+    case Backend::kCpu: return cpu_backend::reject_create(comm, reason);
+    case Backend::kCuda:
+#if MOE_EP_WITH_CUDA
+      return cuda_backend::reject_create(comm, reason);
+#else
+      throw InvalidArgument("reject_create: backend cuda is not built into this moe-ep");
+#endif
+  }
+  throw InvalidArgument(detail::concat("reject_create: communicator backend ",
                                        static_cast<int>(comm->backend()), " is not cpu or cuda"));
 }
 

@@ -1,6 +1,6 @@
 """Checks the --json output of `moe-ep bench` (tests/cli/bench_json.sh).
 
-One record per (dispatch, combine) pair with the documented fields, the DESIGN 4 string values,
+One record per (dispatch, combine) pair with the documented fields, the dtype string values,
 no wrong elements, bf16/bf16 within 1e-2 of fp64 math (bf16 rounds twice: y and out, each
 2^-9 relative at worst, so ~4e-3 is the bound), and fp8 blockwise combine more accurate than fp8
 direct cast at the default activation scale (x_std 0.02).

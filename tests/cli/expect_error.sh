@@ -2,7 +2,7 @@
 # Usage: expect_error.sh RC PATTERN... -- COMMAND [ARG...]
 # Runs COMMAND and passes when it exits with exactly RC, writes nothing to stdout and exactly one
 # line to stderr, and that line contains every PATTERN (fixed strings). This is the contract of
-# a bad argument in `moe-ep` (DESIGN 9): exit 2, one line naming the argument, value and rule.
+# a bad argument in `moe-ep` (docs/bench.md): exit 2, one line naming the argument, value and rule.
 set -u
 want_rc=$1
 shift

@@ -1,6 +1,6 @@
 """GPU tests of the torch API (docs/python.md): dispatch and combine on 1 and 2 GPUs, one process
-per rank, every output compared bit for bit with a plain-torch reference of the contract
-(torch_reference.py, independent of moe_ep).
+per rank, every output copied to the host and compared bit for bit with the numpy reference of the
+contract (np_reference.py, the CPU tests' reference, independent of moe_ep).
 
 Every rank regenerates every rank's inputs from (seed, case, rank) with a CPU generator, so each
 rank knows what it should receive and what combine should return. The seed is printed; set
@@ -16,16 +16,16 @@ import sys
 import time
 import traceback
 
+import numpy as np
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import np_reference as ref  # noqa: E402 -- found through the sys.path entry above
 
 try:
     import torch
 except ImportError:  # the test skips
     torch = None
-else:
-    import torch_reference as ref
 
 NUM_EXPERTS = 8
 TOP_K = 3
@@ -86,18 +86,57 @@ def make_y(seed, case, r, num_recv):
     return y.to(torch.bfloat16)
 
 
+def bf16_bits(t):
+    """A bf16 CPU tensor as numpy uint16 bit patterns (numpy has no bf16)."""
+    return t.contiguous().view(torch.int16).numpy().view(np.uint16)
+
+
+def np_input(x, idx, weights):
+    """One rank's torch inputs in np_reference's form."""
+    return {"x": bf16_bits(x), "x_scales": None, "topk_idx": idx.numpy(),
+            "topk_weights": weights.numpy()}
+
+
 _CASES = {}
+_EXPECTED = {}
 
 
 def reference_case(seed, case, world_size):
-    """(inputs of every rank, expected Recv of every rank, y of every rank), memoised."""
+    """Inputs of every rank (torch, on the CPU, and np_reference's form of them) and the y of
+    every rank (torch bf16, and its bits), memoised."""
     key = (seed, case, world_size)
     if key not in _CASES:
         inputs = [make_inputs(seed, case, s) for s in range(world_size)]
-        recvs = [ref.dispatch(inputs, r, NUM_EXPERTS, world_size) for r in range(world_size)]
-        ys = [make_y(seed, case, r, recvs[r].num_recv) for r in range(world_size)]
-        _CASES[key] = (inputs, recvs, ys)
+        np_inputs = [np_input(*inp) for inp in inputs]
+        # Rows each rank receives: tokens with an unmasked slot naming one of its experts.
+        num_recv = [sum(int(ref.routes(inp["topk_idx"], NUM_EXPERTS, world_size)[:, r].sum())
+                        for inp in np_inputs) for r in range(world_size)]
+        ys = [make_y(seed, case, r, num_recv[r]) for r in range(world_size)]
+        _CASES[key] = {"inputs": inputs, "np_inputs": np_inputs, "ys": ys,
+                       "np_ys": [bf16_bits(y) for y in ys]}
     return _CASES[key]
+
+
+def prequantize(np_inputs, dispatch_dtype):
+    """The inputs with x replaced by its wire format (payload, scales) of dispatch_dtype."""
+    out = []
+    for inp in np_inputs:
+        payload, scales = ref.encode(dispatch_dtype, inp["x"])
+        out.append(dict(inp, x=payload, x_scales=scales))
+    return out
+
+
+def expected(seed, case, world_size, dispatch_dtype, combine_dtype, prequant):
+    """np_reference's dispatch outputs and combine output of every rank, memoised."""
+    key = (seed, case, world_size, dispatch_dtype, combine_dtype, prequant)
+    if key not in _EXPECTED:
+        c = reference_case(seed, case, world_size)
+        inputs = prequantize(c["np_inputs"], dispatch_dtype) if prequant else c["np_inputs"]
+        recvs = ref.dispatch(inputs, NUM_EXPERTS, dispatch_dtype)
+        outs = ref.combine(c["np_ys"], recvs, [len(inp["topk_idx"]) for inp in inputs],
+                           combine_dtype)
+        _EXPECTED[key] = (inputs, recvs, outs)
+    return _EXPECTED[key]
 
 
 # ------------------------------------------------------------------------------------------
@@ -105,8 +144,17 @@ def reference_case(seed, case, world_size):
 # that stopped early would leave the others waiting in a collective).
 
 
-def as_bytes(t):
-    return t.detach().cpu().contiguous().view(torch.uint8)
+def host_bytes(t):
+    """The bytes of a tensor on any device, copied to the host: flat numpy uint8."""
+    t = t.detach().cpu().contiguous()
+    if t.numel() == 0:
+        return np.zeros(0, dtype=np.uint8)
+    return t.view(torch.uint8).reshape(-1).numpy()
+
+
+def np_bytes(a):
+    """The bytes of a numpy array: flat numpy uint8."""
+    return np.frombuffer(np.ascontiguousarray(a).tobytes(), dtype=np.uint8)
 
 
 def hex_bits(element_bytes):
@@ -127,24 +175,24 @@ class Rank:
         self.errors.append(msg)
 
     def expect(self, name, got, want, dtype):
-        """got (a tensor of the library) equals want (a CPU tensor) bit for bit."""
+        """got (a tensor of the library) has `dtype`, and the shape and bits of want (a numpy
+        array of np_reference; bf16 as uint16 bits, narrow codes as uint8)."""
         if not isinstance(got, torch.Tensor):
             return self.fail(f"{name}: expected a tensor, got {type(got).__name__}")
         if got.dtype != dtype:
             return self.fail(f"{name}: dtype {got.dtype}, expected {dtype}")
         if tuple(got.shape) != tuple(want.shape):
             return self.fail(f"{name}: shape {tuple(got.shape)}, expected {tuple(want.shape)}")
-        g, w = as_bytes(got), as_bytes(want)
-        if g.shape != w.shape:
-            return self.fail(f"{name}: element size {got.element_size()}, "
-                             f"expected {want.element_size()}")
-        if not torch.equal(g, w):
-            size = got.element_size()
+        size = got.element_size()
+        if size != want.dtype.itemsize:
+            return self.fail(f"{name}: element size {size}, expected {want.dtype.itemsize}")
+        g, w = host_bytes(got), np_bytes(want)
+        if not np.array_equal(g, w):
             g, w = g.reshape(-1, size), w.reshape(-1, size)  # one row of bytes per element
-            bad = (g != w).any(dim=1).nonzero().flatten()
+            bad = np.nonzero((g != w).any(axis=1))[0]
             i = int(bad[0])
             where = (i // got.shape[-1], i % got.shape[-1]) if got.dim() == 2 else (i,)
-            self.fail(f"{name}: {bad.numel()} of {got.numel()} elements differ; first at "
+            self.fail(f"{name}: {bad.size} of {got.numel()} elements differ; first at "
                       f"{where}: got 0x{hex_bits(g[i])}, expected 0x{hex_bits(w[i])}")
 
     def expect_value_error(self, arg, call):
@@ -163,42 +211,48 @@ class Rank:
 def run_case(rk, op, dispatch_dtype, combine_dtype, case, prequant=False, give_out=False,
              bad_combine=False):
     """One dispatch + combine on `op`, every output compared with the reference."""
-    inputs, recvs, ys = reference_case(rk.seed, case, rk.world_size)
-    x, idx, weights = inputs[rk.rank]
+    c = reference_case(rk.seed, case, rk.world_size)
+    x, idx, weights = c["inputs"][rk.rank]
+    inputs, recvs, outs = expected(rk.seed, case, rk.world_size, dispatch_dtype, combine_dtype,
+                                   prequant)
     want = recvs[rk.rank]
     dev = rk.device
     tag = (f"[{dispatch_dtype}/{combine_dtype} case {case}"
            f"{' pre-quantized x' if prequant else ''}{' out=' if give_out else ''}]")
 
-    if prequant:  # x given as e4m3 codes + fp32 block scales
-        codes, scales = ref.fp8_block_encode(x)
-        recv, handle = op.dispatch(codes.view(torch.float8_e4m3fn).to(dev), idx.to(dev),
-                                   weights.to(dev), x_scales=scales.to(dev))
+    if prequant:  # x given in its wire format: e4m3 codes + fp32 scales, or e2m1 pairs + e8m0
+        payload = torch.from_numpy(inputs[rk.rank]["x"])
+        scales = torch.from_numpy(inputs[rk.rank]["x_scales"])
+        if dispatch_dtype == "fp8":
+            payload = payload.view(torch.float8_e4m3fn)
+        else:
+            scales = scales.view(rk.e8m0)
+        recv, handle = op.dispatch(payload.to(dev), idx.to(dev), weights.to(dev),
+                                   x_scales=scales.to(dev))
     else:
         recv, handle = op.dispatch(x.to(dev), idx.to(dev), weights.to(dev))
 
-    if int(recv.num_recv) != want.num_recv:
-        rk.fail(f"{tag} num_recv: {recv.num_recv}, expected {want.num_recv}")
-    payload, scales = ref.encode_dispatch(dispatch_dtype, want.x)
+    if int(recv.num_recv) != want["num_recv"]:
+        rk.fail(f"{tag} num_recv: {recv.num_recv}, expected {want['num_recv']}")
     x_dtype = {"bf16": torch.bfloat16, "fp8": torch.float8_e4m3fn, "fp4": torch.uint8}
-    rk.expect(tag + " recv_x", recv.recv_x, payload, x_dtype[dispatch_dtype])
+    rk.expect(tag + " recv_x", recv.recv_x, want["recv_x"], x_dtype[dispatch_dtype])
     if isinstance(recv.recv_x, torch.Tensor) and recv.recv_x.device != dev:
         rk.fail(f"{tag} recv_x on {recv.recv_x.device}, expected {dev}")
-    if scales is None:
+    if want["recv_x_scales"] is None:
         if recv.recv_x_scales is not None:
             rk.fail(f"{tag} recv_x_scales: expected None for bf16")
     else:
         scale_dtype = torch.float32 if dispatch_dtype == "fp8" else rk.e8m0
-        rk.expect(tag + " recv_x_scales", recv.recv_x_scales, scales, scale_dtype)
-    rk.expect(tag + " recv_topk_idx", recv.recv_topk_idx, want.topk_idx, torch.int32)
-    rk.expect(tag + " recv_topk_weights", recv.recv_topk_weights, want.topk_weights,
+        rk.expect(tag + " recv_x_scales", recv.recv_x_scales, want["recv_x_scales"], scale_dtype)
+    rk.expect(tag + " recv_topk_idx", recv.recv_topk_idx, want["recv_topk_idx"], torch.int32)
+    rk.expect(tag + " recv_topk_weights", recv.recv_topk_weights, want["recv_topk_weights"],
               torch.float32)
-    rk.expect(tag + " recv_src_rank", recv.recv_src_rank, want.src_rank, torch.int32)
-    rk.expect(tag + " recv_src_token", recv.recv_src_token, want.src_token, torch.int32)
+    rk.expect(tag + " recv_src_rank", recv.recv_src_rank, want["recv_src_rank"], torch.int32)
+    rk.expect(tag + " recv_src_token", recv.recv_src_token, want["recv_src_token"], torch.int32)
     rk.expect(tag + " recv_count_per_local_expert", recv.recv_count_per_local_expert,
-              want.count_per_local_expert, torch.int32)
+              want["recv_count_per_local_expert"], torch.int32)
 
-    y = ys[rk.rank].to(dev)
+    y = c["ys"][rk.rank].to(dev)
     if bad_combine:  # rejected without harm: the handle and the op stay usable
         out_ok = torch.empty(x.shape[0], HIDDEN, dtype=torch.bfloat16, device=dev)
         rk.expect_value_error("y", lambda: op.combine(y.float(), handle, out=out_ok))
@@ -208,7 +262,7 @@ def run_case(rk, op, dispatch_dtype, combine_dtype, case, prequant=False, give_o
         out_arg = torch.empty(x.shape[0], HIDDEN, dtype=torch.bfloat16, device=dev)
     out = op.combine(y, handle, out=out_arg)
     op.synchronize()
-    want_out = ref.combine(combine_dtype, recvs, ys, rk.rank, x.shape[0], HIDDEN)
+    want_out = outs[rk.rank]
     rk.expect(tag + " out", out, want_out, torch.bfloat16)
     if isinstance(out, torch.Tensor) and out.device != dev:
         rk.fail(f"{tag} out on {out.device}, expected {dev}")
@@ -218,7 +272,7 @@ def run_case(rk, op, dispatch_dtype, combine_dtype, case, prequant=False, give_o
 
 def check_bad_dispatch_args(rk, op):
     """A tensor on the wrong device or of the wrong dtype raises ValueError naming it."""
-    x, idx, weights = reference_case(rk.seed, 0, rk.world_size)[0][rk.rank]
+    x, idx, weights = reference_case(rk.seed, 0, rk.world_size)["inputs"][rk.rank]
     dev = rk.device
     x_d, idx_d, w_d = x.to(dev), idx.to(dev), weights.to(dev)
     rk.expect_value_error("x", lambda: op.dispatch(x, idx_d, w_d))  # on the CPU

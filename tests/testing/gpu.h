@@ -1,44 +1,73 @@
 // Helpers of the GPU tests: device copies of a rank's inputs, a download of everything a CUDA
-// dispatch returned, and a runner that drives one op per GPU on its own thread. Compiled only
-// with the CUDA backend (MOE_EP_WITH_CUDA).
+// dispatch returned, and a runner that drives one op per GPU on its own thread. CUDA calls are
+// checked with the library's MOE_EP_CUDA_CHECK (a failure throws moe_ep::CudaError). Compiled
+// only with the CUDA backend (MOE_EP_WITH_CUDA).
 #pragma once
 
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "backends/cuda/cuda_check.h"
 #include "moe_ep/cuda.h"
+#include "reference/reference.h"
 #include "testing/inputs.h"
-#include "testing/reference.h"
 
 namespace moe_ep::testing {
 
-#define MOE_EP_TEST_CUDA(expr)                                                      \
-  do {                                                                              \
-    const cudaError_t s_ = (expr);                                                  \
-    if (s_ != cudaSuccess)                                                          \
-      throw std::runtime_error(std::string(#expr) + ": " + cudaGetErrorString(s_)); \
-  } while (0)
+// The stream the tests allocate, copy and free on: non-blocking, so it never orders itself with
+// the ranks' streams. cudaFree would wait for the whole device, and in the single-GPU world a
+// rank freeing its buffers between calls would then wait for a peer's kernel that waits for it;
+// stream-ordered allocation (cudaMallocAsync / cudaFreeAsync) waits for nothing.
+inline cudaStream_t test_stream_of(int device) {
+  static std::mutex mu;
+  static std::map<int, cudaStream_t> streams;
+  std::lock_guard<std::mutex> lock(mu);
+  cudaStream_t& s = streams[device];
+  if (s == nullptr) {
+    int previous = 0;
+    MOE_EP_CUDA_CHECK(cudaGetDevice(&previous));
+    MOE_EP_CUDA_CHECK(cudaSetDevice(device));
+    MOE_EP_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    MOE_EP_CUDA_CHECK(cudaSetDevice(previous));
+  }
+  return s;
+}
 
-// Device memory that frees itself.
+inline int current_device() {
+  int device = 0;
+  MOE_EP_CUDA_CHECK(cudaGetDevice(&device));
+  return device;
+}
+
+inline cudaStream_t test_alloc_stream() { return test_stream_of(current_device()); }
+
+// Device memory of the current device that frees itself; whoever used it on another stream
+// has synchronised that stream before it goes.
 struct DeviceBuffer {
   std::shared_ptr<void> ptr;
   static DeviceBuffer of_bytes(size_t bytes) {
     void* p = nullptr;
-    MOE_EP_TEST_CUDA(cudaMalloc(&p, bytes == 0 ? 16 : bytes));
-    return {std::shared_ptr<void>(p, [](void* q) { cudaFree(q); })};
+    const int device = current_device();
+    MOE_EP_CUDA_CHECK(cudaMallocAsync(&p, bytes == 0 ? 16 : bytes, test_stream_of(device)));
+    MOE_EP_CUDA_CHECK(cudaStreamSynchronize(test_stream_of(device)));
+    return {
+        std::shared_ptr<void>(p, [device](void* q) { cudaFreeAsync(q, test_stream_of(device)); })};
   }
   template <typename T>
   static DeviceBuffer copy_of(const std::vector<T>& host) {
     DeviceBuffer b = of_bytes(host.size() * sizeof(T));
     if (!host.empty()) {
-      MOE_EP_TEST_CUDA(
-          cudaMemcpy(b.ptr.get(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+      MOE_EP_CUDA_CHECK(cudaMemcpyAsync(b.ptr.get(), host.data(), host.size() * sizeof(T),
+                                        cudaMemcpyHostToDevice, test_alloc_stream()));
+      MOE_EP_CUDA_CHECK(cudaStreamSynchronize(test_alloc_stream()));
     }
     return b;
   }
@@ -72,16 +101,17 @@ struct DeviceInput {
 };
 
 inline void device_to_host(void* dst, const void* src, size_t n) {
-  MOE_EP_TEST_CUDA(cudaMemcpy(dst, src, n, cudaMemcpyDeviceToHost));
+  MOE_EP_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, test_alloc_stream()));
+  MOE_EP_CUDA_CHECK(cudaStreamSynchronize(test_alloc_stream()));
 }
 
 template <typename T>
 std::vector<T> download_view(const TensorView& v) {
-  return copy_view<T>(v, device_to_host);
+  return reference::copy_view<T>(v, device_to_host);
 }
 
-inline DispatchOutputs download_outputs(const DispatchResult& r) {
-  return copy_outputs(r, device_to_host);
+inline reference::DispatchOutputs download_outputs(const DispatchResult& r) {
+  return reference::copy_outputs(r, device_to_host);
 }
 
 // Runs fn(rank, comm) on one thread per device (device r for rank r) and returns each rank's
@@ -94,7 +124,7 @@ inline std::vector<std::string> run_gpu_ranks(
   for (size_t r = 0; r < comms.size(); ++r) {
     threads.emplace_back([&, r] {
       try {
-        MOE_EP_TEST_CUDA(cudaSetDevice(static_cast<int>(r)));
+        MOE_EP_CUDA_CHECK(cudaSetDevice(static_cast<int>(r)));
         fn(static_cast<int>(r), comms[r]);
       } catch (const std::exception& e) {
         errors[r] = e.what();

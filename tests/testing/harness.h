@@ -1,6 +1,7 @@
 // Drives a CPU op through dispatch -> identity expert -> combine on W threads and checks every
-// output bit for bit against the plain-loop expectation of testing/reference.h. A case can run
-// several rounds on the same op (the op is reused, as in a training loop).
+// output bit for bit against the plain-loop reference of src/reference/reference.h (the one the
+// bench's --check uses too). A case can run several rounds on the same op (the op is reused, as
+// in a training loop). Also the adapters from the tests' inputs to the reference's host arrays.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -11,11 +12,67 @@
 #include <vector>
 
 #include "moe_ep/op.h"
+#include "reference/reference.h"
 #include "testing/inputs.h"
 #include "testing/ranks.h"
-#include "testing/reference.h"
 
 namespace moe_ep::testing {
+
+using reference::copy_outputs;
+using reference::DispatchOutputs;
+
+// The reference's shape of an op of `world_size` ranks.
+inline reference::Shape reference_shape(const OpConfig& c, int world_size) {
+  return reference::Shape{world_size, c.hidden, c.num_experts, c.topk};
+}
+
+// Every rank's inputs as the reference's host arrays; they point into `inputs`, which must
+// outlive them. Pre-quantized inputs pass their payload and scales as given.
+inline std::vector<reference::RankInput> reference_inputs(const std::vector<RankInput>& inputs) {
+  std::vector<reference::RankInput> out(inputs.size());
+  for (size_t s = 0; s < inputs.size(); ++s) {
+    const RankInput& in = inputs[s];
+    out[s].num_tokens = in.num_tokens;
+    out[s].x = in.x.data();
+    if (in.prequantized()) {
+      out[s].x_payload = in.x_payload.data();
+      out[s].x_scales = in.x_scales.data();
+    }
+    out[s].topk_idx = in.topk_idx.data();
+    out[s].topk_weights = in.topk_weights.data();
+  }
+  return out;
+}
+
+// The identity expert of the reference on one rank's received rows. Returns [R, H] bf16. It
+// reads only hidden and topk, so the result does not depend on world_size.
+inline std::vector<uint16_t> identity_expert(const DispatchOutputs& recv, const OpConfig& c,
+                                             int world_size = 1) {
+  return reference::identity_expert(reference_shape(c, world_size), c.dispatch_dtype, recv);
+}
+
+// What one round must give on every rank, from the reference.
+struct Expected {
+  std::vector<DispatchOutputs> received;   // [W] dispatch outputs
+  std::vector<std::vector<uint16_t>> y;    // [W][R_r, H] bf16 identity expert outputs
+  std::vector<std::vector<uint16_t>> out;  // [W][T_s, H] bf16 combine outputs
+};
+
+inline Expected expect_round(const OpConfig& c, int world_size,
+                             const std::vector<RankInput>& inputs) {
+  const reference::Shape shape = reference_shape(c, world_size);
+  const std::vector<reference::RankInput> ref_inputs = reference_inputs(inputs);
+  Expected e;
+  for (int r = 0; r < world_size; ++r) {
+    e.received.push_back(reference::dispatch(shape, c.dispatch_dtype, ref_inputs, r));
+    e.y.push_back(reference::identity_expert(shape, c.dispatch_dtype, e.received[r]));
+  }
+  for (int s = 0; s < world_size; ++s) {
+    e.out.push_back(
+        reference::combine(shape, c.combine_dtype, e.received, e.y, s, inputs[s].num_tokens));
+  }
+  return e;
+}
 
 // What every rank saw in one round.
 struct RoundResult {
@@ -90,32 +147,29 @@ void expect_same(const std::string& what, const std::vector<T>& actual,
 // Checks one round: every rank's dispatch outputs and combine output against the reference.
 inline void check_round(const OpConfig& config, int world_size, const RoundResult& res,
                         uint64_t expected_call_seq = 1) {
-  std::vector<DispatchOutputs> expected(world_size);
-  std::vector<std::vector<uint16_t>> y(world_size);
+  const Expected expected = expect_round(config, world_size, res.inputs);
   for (int r = 0; r < world_size; ++r) {
     SCOPED_TRACE("dispatch on rank " + std::to_string(r));
-    expected[r] = expect_dispatch(res.inputs, config, world_size, r);
     const DispatchOutputs& got = res.received[r];
-    EXPECT_EQ(got.num_recv, expected[r].num_recv);
-    expect_same("recv_x", got.x_payload, expected[r].x_payload);
-    expect_same("recv_x_scales", got.x_scales, expected[r].x_scales);
-    expect_same("recv_topk_idx", got.topk_idx, expected[r].topk_idx);
-    expect_same("recv_topk_weights", got.topk_weights, expected[r].topk_weights);
-    expect_same("recv_src_rank", got.src_rank, expected[r].src_rank);
-    expect_same("recv_src_token", got.src_token, expected[r].src_token);
-    expect_same("recv_count_per_local_expert", got.count_per_local_expert,
-                expected[r].count_per_local_expert);
+    const DispatchOutputs& want = expected.received[r];
+    EXPECT_EQ(got.num_recv, want.num_recv);
+    expect_same("recv_x", got.recv_x, want.recv_x);
+    expect_same("recv_x_scales", got.recv_x_scales, want.recv_x_scales);
+    expect_same("recv_topk_idx", got.recv_topk_idx, want.recv_topk_idx);
+    expect_same("recv_topk_weights", got.recv_topk_weights, want.recv_topk_weights);
+    expect_same("recv_src_rank", got.recv_src_rank, want.recv_src_rank);
+    expect_same("recv_src_token", got.recv_src_token, want.recv_src_token);
+    expect_same("recv_count_per_local_expert", got.recv_count_per_local_expert,
+                want.recv_count_per_local_expert);
     const Handle& h = res.handles[r];
     EXPECT_EQ(h.op_uid, res.op_uids[r]);
     EXPECT_EQ(h.call_seq, expected_call_seq);
     EXPECT_EQ(h.num_tokens, res.inputs[r].num_tokens);
-    EXPECT_EQ(h.num_recv, expected[r].num_recv);
-    y[r] = identity_expert(expected[r], config);
+    EXPECT_EQ(h.num_recv, want.num_recv);
   }
   for (int s = 0; s < world_size; ++s) {
     SCOPED_TRACE("combine on rank " + std::to_string(s));
-    expect_same("out", res.out[s],
-                expect_combine(expected, y, config, s, res.inputs[s].num_tokens));
+    expect_same("out", res.out[s], expected.out[s]);
   }
 }
 

@@ -1,5 +1,6 @@
-// Combine on the CPU backend (DESIGN 3). Step 1 checks the handle (this op, latest dispatch) and
-// the shapes of y and out; verdicts are exchanged at "combine/publish". The sender encodes each
+// Combine on the CPU backend (docs/design.md#combine). Step 1 checks the handle (this op, latest
+// dispatch), the shapes of y and out and that out is not the op's own memory; verdicts and call
+// identities are exchanged at "combine/publish". The sender encodes each
 // row of y in the combine wire format into the source rank's combine buffer at (this rank, source
 // token); after "combine/exchange" the receiver decodes, for each of its tokens, the rows of the
 // ranks it was sent to in ascending rank order and sums them in fp32 from 0.0f, then rounds to
@@ -16,22 +17,24 @@ namespace moe_ep::cpu_backend {
 // Throws InvalidArgument (without the "combine: " prefix, which the verdict adds).
 void CpuOp::check_combine_args(const Handle& handle, const TensorView& y,
                                const TensorView& out) const {
-  const Handle latest{uid_, call_seq_, num_tokens_, num_recv_};
-  moe_ep::check_combine_args(config_, latest, handle, y, out, {DeviceType::kCpu, 0});
+  moe_ep::check_combine_args(config_, latest_, handle, y, out, {DeviceType::kCpu, 0});
+  check_not_aliased("out", out, owned_memory());
 }
 
 void CpuOp::combine(const Handle& handle, const TensorView& y, const TensorView& out,
                     void* /*stream*/) {
+  CallScope scope(*this, CallKind::kCombine);
   check_usable();
   RankPost& post = my_post();
-  post.error.clear();
+  post.num_tokens = 0;
+  post.send_counts.assign(world_size_, 0);
+  StepVerdict verdict = next_step(CallKind::kCombine);
   try {
     check_combine_args(handle, y, out);
   } catch (const InvalidArgument& e) {
-    post.error = e.what();
+    verdict.error = e.what();
   }
-  sync("combine/publish");
-  throw_if_rejected("combine");
+  publish_and_settle(verdict);
   guarded([&] {
     send_combine_rows(y);
     sync("combine/exchange");  // every partial result has landed
@@ -49,7 +52,7 @@ void CpuOp::send_combine_rows(const TensorView& y) {
   const uint16_t* y_rows = y.ptr<uint16_t>();                       // [num_recv, hidden] bf16
   formats::visit_format(config_.combine_dtype, [&](auto format) {
     using F = decltype(format);
-    for (int64_t i = 0; i < num_recv_; ++i) {
+    for (int64_t i = 0; i < latest_.num_recv; ++i) {
       RankBuffers& dst = shared_->buffers[route_src_rank_[i]];
       const int64_t row = rank_ * max_tokens + route_src_token_[i];
       formats::encode_row<F>(
@@ -67,8 +70,8 @@ void CpuOp::receive_combine(const TensorView& out) {
   const int64_t payload = payload_bytes(config_.combine_dtype, h);  // bytes per row
   const int64_t scales = scale_bytes(config_.combine_dtype, h);     // bytes per row
   const RankBuffers& mine = shared_->buffers[rank_];
-  std::vector<float> sums(num_tokens_ * h, 0.0f);  // [num_tokens, hidden]
-  std::vector<float> decoded(h);                   // [hidden]
+  std::vector<float> sums(latest_.num_tokens * h, 0.0f);  // [num_tokens, hidden]
+  std::vector<float> decoded(h);                          // [hidden]
   formats::visit_format(config_.combine_dtype, [&](auto format) {
     using F = decltype(format);
     for (int r = 0; r < world_size_; ++r) {
@@ -84,7 +87,8 @@ void CpuOp::receive_combine(const TensorView& out) {
     }
   });
   uint16_t* out_rows = out.ptr<uint16_t>();  // [num_tokens, hidden] bf16
-  for (int64_t i = 0; i < num_tokens_ * h; ++i) out_rows[i] = formats::float_to_bf16(sums[i]);
+  for (int64_t i = 0; i < latest_.num_tokens * h; ++i)
+    out_rows[i] = formats::float_to_bf16(sums[i]);
 }
 
 }  // namespace moe_ep::cpu_backend

@@ -1,54 +1,53 @@
-// One rank's CPU op (DESIGN 2-3, 6): the readable reference of dispatch and combine. Each call is
-// the same three steps:
-//   1. check this rank's arguments (never throws for bad input: the verdict is published), then
-//      barrier "<call>/publish": every rank learns every rank's verdict and send counts, and if
-//      any rank rejected its input every rank throws InvalidArgument before data moves;
+// One rank's CPU op (docs/design.md#dispatch, #combine): the readable reference of dispatch and
+// combine. Each call is the same three steps:
+//   1. check this rank's arguments (never throws for bad input: the verdict is published with
+//      the call's identity), then barrier "<call>/publish": every rank learns every rank's
+//      verdict, call and send counts, and settle_step (core/agreement.h) fails every rank
+//      together, before any data moves, if calls are out of step or any rank rejected;
 //   2. sender role: store this rank's rows into the destination ranks' receive buffers;
 //      barrier "<call>/exchange": all stores are done (and inputs may be released);
 //   3. receiver role: finish the outputs from this rank's own buffers.
-// Timeouts and other failures after step 1 starts poison the op (errors.h, poisons_op).
+// Timeouts and other failures after step 1 poison the op (errors.h, poisons_op).
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "backends/cpu/shared.h"
+#include "core/op_base.h"
 #include "core/routing.h"
-#include "moe_ep/op.h"
 
 namespace moe_ep::cpu_backend {
 
-class CpuOp : public Op {
+class CpuOp : public OpBase {
  public:
-  // Collective: publishes `config` (and this rank's verdict on it), checks that every rank
-  // passed the same one and allocates this rank's receive buffers.
+  // After the world's creation rendezvous: allocates this rank's receive buffers and agrees with
+  // the other ranks that every one of them could (barrier "create/allocate").
   static std::shared_ptr<CpuOp> create(std::shared_ptr<OpShared> shared, int rank, int world_size,
                                        const OpConfig& config);
 
-  const OpConfig& config() const override { return config_; }
-  int rank() const override { return rank_; }
-  int world_size() const override { return world_size_; }
   Backend backend() const override { return Backend::kCpu; }
-  uint64_t uid() const override { return uid_; }
 
   DispatchResult dispatch(const DispatchArgs& args) override;
   void combine(const Handle& handle, const TensorView& y, const TensorView& out,
                void* stream = nullptr) override;
+  void reject(CallKind kind, const std::string& reason, void* stream = nullptr) override;
 
  private:
   CpuOp(std::shared_ptr<OpShared> shared, int rank, int world_size, const OpConfig& config);
 
   // Collective plumbing (cpu_op.cc).
-  void check_usable() const;
-  RankPost& my_post();                       // the post for the next barrier
-  const RankPost& post_of(int rank) const;   // a post for the barrier just passed
-  void sync(const char* phase);              // the barrier; poisons the op on failure
-  void throw_if_rejected(const char* call);  // step 1 verdicts
-  void poison(ErrorCode code, const std::string& message);
-  void guarded(const std::function<void()>& fn);  // runs fn, poisoning the op if it fails
+  RankPost& my_post();                      // the post for the next barrier
+  const RankPost& post_of(int rank) const;  // a post for the barrier just passed
+  void sync(const char* phase);             // the barrier; poisons the op on failure
+  // Publishes `verdict` (with whatever else the caller put in my_post()), passes the barrier
+  // "<kind>/publish" and settles the step: returns only when every rank is in the same call and
+  // accepted it.
+  void publish_and_settle(const StepVerdict& verdict);
+  void on_poison(const Error& error) override;
+  std::vector<MemoryRange> owned_memory() const;
 
   // Dispatch (dispatch.cc).
   void check_dispatch_args(const DispatchArgs& args, int64_t* num_tokens) const;
@@ -61,18 +60,10 @@ class CpuOp : public Op {
   void receive_combine(const TensorView& out);
 
   std::shared_ptr<OpShared> shared_;
-  const int rank_;
-  const int world_size_;
-  const OpConfig config_;
   const RoutingShape shape_;
-  const uint64_t uid_;
   uint64_t num_syncs_ = 0;  // barriers passed; all ranks of the op agree on it
-  std::string poisoned_;    // first poisoning error, empty while usable
 
-  // State of the latest successful dispatch, which its combine needs.
-  uint64_t call_seq_ = 0;                     // 0: no dispatch yet
-  int64_t num_tokens_ = 0;                    // this rank's T
-  int64_t num_recv_ = 0;                      // rows this rank received
+  // State of the latest successful dispatch, which its combine needs (latest_ is the handle).
   SendPlan plan_;                             // this rank's tokens per destination
   std::vector<std::vector<int64_t>> counts_;  // [W src][W dst] rows of the dispatch
   std::vector<int32_t> route_src_rank_;       // [num_recv] private copy of recv_src_rank

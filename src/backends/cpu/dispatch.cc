@@ -1,6 +1,7 @@
-// Dispatch on the CPU backend (DESIGN 2). Step 1 checks this rank's arguments (shapes and dtypes,
-// expert id ranges always; duplicates and non-finite values in validation mode) and plans the
-// sends; the verdicts and per-destination counts are exchanged at "dispatch/publish". The sender
+// Dispatch on the CPU backend (docs/design.md#dispatch). Step 1 checks this rank's arguments
+// (shapes, dtypes, aliasing, expert id ranges always; duplicates and non-finite values in
+// validation mode) and plans the sends; the verdicts, call identities and per-destination counts
+// are exchanged at "dispatch/publish". The sender
 // then stores each routed token once per destination rank, at that rank's canonical row (source
 // rank, then source token), in the dispatch wire format; after "dispatch/exchange" the receiver
 // counts rows per local expert and returns views of its buffers.
@@ -22,6 +23,11 @@ void CpuOp::check_dispatch_args(const DispatchArgs& args, int64_t* num_tokens) c
   bool prequantized = false;
   const int64_t t =
       moe_ep::check_dispatch_args(config_, args, {DeviceType::kCpu, 0}, &prequantized);
+  const std::vector<MemoryRange> owned = owned_memory();
+  check_not_aliased("x", x, owned);
+  check_not_aliased("x_scales", args.x_scales, owned);
+  check_not_aliased("topk_idx", args.topk_idx, owned);
+  check_not_aliased("topk_weights", args.topk_weights, owned);
 
   // Data scans. The range check is cheap on the CPU and keeps routing safe, so it always runs.
   const bool validate = Knobs::get().validate;
@@ -39,12 +45,13 @@ void CpuOp::check_dispatch_args(const DispatchArgs& args, int64_t* num_tokens) c
 }
 
 DispatchResult CpuOp::dispatch(const DispatchArgs& args) {
+  CallScope scope(*this, CallKind::kDispatch);
   check_usable();
   // Step 1: verdict and send counts, published for "dispatch/publish".
   RankPost& post = my_post();
-  post.error.clear();
   post.num_tokens = 0;
   post.send_counts.assign(world_size_, 0);
+  StepVerdict verdict = next_step(CallKind::kDispatch);
   SendPlan plan;
   try {
     int64_t num_tokens = 0;
@@ -53,10 +60,9 @@ DispatchResult CpuOp::dispatch(const DispatchArgs& args) {
     post.num_tokens = num_tokens;
     for (int dest = 0; dest < world_size_; ++dest) post.send_counts[dest] = plan.count(dest);
   } catch (const InvalidArgument& e) {
-    post.error = e.what();
+    verdict.error = e.what();
   }
-  sync("dispatch/publish");
-  throw_if_rejected("dispatch");
+  publish_and_settle(verdict);
 
   DispatchResult result;
   guarded([&] {
@@ -66,11 +72,11 @@ DispatchResult CpuOp::dispatch(const DispatchArgs& args) {
         counts_[src][dest] = post_of(src).send_counts[dest];
       }
     }
-    num_tokens_ = post_of(rank_).num_tokens;
+    const int64_t num_tokens = post_of(rank_).num_tokens;
     send_dispatch_rows(args, plan);
     sync("dispatch/exchange");  // every row has landed; inputs may go
     plan_ = std::move(plan);
-    ++call_seq_;
+    latest_ = Handle{uid_, verdict.call, num_tokens, 0};
     result = receive_dispatch();
   });
   return result;
@@ -119,12 +125,13 @@ void CpuOp::send_dispatch_rows(const DispatchArgs& args, const SendPlan& plan) {
 // back for combine and hand out views of this rank's buffers.
 DispatchResult CpuOp::receive_dispatch() {
   RankBuffers& mine = shared_->buffers[rank_];
-  num_recv_ = 0;
-  for (int src = 0; src < world_size_; ++src) num_recv_ += counts_[src][rank_];
-  count_rows_per_local_expert(shape_, mine.recv_topk_idx.data(), num_recv_,
+  int64_t num_recv = 0;
+  for (int src = 0; src < world_size_; ++src) num_recv += counts_[src][rank_];
+  latest_.num_recv = num_recv;
+  count_rows_per_local_expert(shape_, mine.recv_topk_idx.data(), num_recv,
                               mine.recv_count_per_local_expert.data());
-  route_src_rank_.assign(mine.recv_src_rank.begin(), mine.recv_src_rank.begin() + num_recv_);
-  route_src_token_.assign(mine.recv_src_token.begin(), mine.recv_src_token.begin() + num_recv_);
+  route_src_rank_.assign(mine.recv_src_rank.begin(), mine.recv_src_rank.begin() + num_recv);
+  route_src_token_.assign(mine.recv_src_token.begin(), mine.recv_src_token.begin() + num_recv);
 
   RecvBuffers buffers;
   buffers.payload = mine.recv_payload.data();
@@ -134,9 +141,7 @@ DispatchResult CpuOp::receive_dispatch() {
   buffers.src_rank = mine.recv_src_rank.data();
   buffers.src_token = mine.recv_src_token.data();
   buffers.count_per_local_expert = mine.recv_count_per_local_expert.data();
-  DispatchResult result = make_dispatch_result(config_, world_size_, buffers, num_recv_,
-                                               Handle{uid_, call_seq_, num_tokens_, num_recv_});
-  return result;
+  return make_dispatch_result(config_, world_size_, buffers, num_recv, latest_);
 }
 
 }  // namespace moe_ep::cpu_backend

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "backends/cpu/barrier.h"
+#include "core/agreement.h"
 #include "moe_ep/errors.h"
 #include "moe_ep/op.h"
 
@@ -38,20 +39,17 @@ struct RankBuffers {
   std::vector<uint8_t> combine_scales;   // [W, Tmax, combine scale bytes]
 };
 
-// What a rank publishes before a barrier of a dispatch or combine call.
+// What a rank publishes before a barrier: at creation, whether it could allocate its buffers;
+// per call, the identity of its call and its verdict (core/agreement.h) and, for dispatch, its
+// send counts.
 struct RankPost {
-  std::string error;                 // empty: this rank accepted its input (else InvalidArgument)
+  StepVerdict verdict;               // error empty: this rank accepted its input
   int64_t num_tokens = 0;            // T of this rank (dispatch)
   std::vector<int64_t> send_counts;  // [W] rows this rank sends to each destination (dispatch)
 };
 
 struct RankSlot {
-  // creation
-  OpConfig config;
-  ErrorCode create_error_code = ErrorCode::kInvalidArgument;
-  std::string create_error;  // empty: this rank accepted the configuration
-  // per call, indexed by barrier parity
-  RankPost post[2];
+  RankPost post[2];  // indexed by barrier parity
 };
 
 struct OpShared {

@@ -1,13 +1,21 @@
 // The CPU world (moe_ep/cpu.h): W ranks as threads of one process. WorldState is what the W
-// communicators share: the group id, the wait bound, and the rendezvous that makes the k-th
-// create_op of every rank meet in the same OpShared (every rank creates its ops in the same
-// order, as DESIGN 5 requires of all collective calls).
+// communicators share: the group id, the wait bound and the creation rendezvous. Creations are
+// matched by configuration (docs/design.md#collective-calls-and-agreement): a rank creating an
+// op joins the open creation with the same configuration, and the op exists once all W ranks
+// have joined it. A rank that rejects its configuration tells the others, whose open creations
+// fail at once; a creation that some rank never joins fails after the wait bound, naming what
+// the missing rank is doing instead (another configuration, a rejection, nothing). Matching by
+// configuration rather than by counting calls means one missed creation costs that creation only.
 #pragma once
 
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "backends/cpu/shared.h"
@@ -22,21 +30,56 @@ class WorldState {
   double timeout_s() const { return timeout_s_; }
   uint64_t group_id() const { return group_id_; }
 
-  // The shared state of the next op `rank` creates. The first rank to ask for creation number k
-  // allocates it; it is forgotten here once all W ranks have taken it.
-  std::shared_ptr<OpShared> join_create(int rank);
+  // Joins the creation of `config` and waits (bounded) until every rank has joined it; returns
+  // the op's shared state. Throws InvalidArgument when another rank rejects its configuration
+  // meanwhile, or when the wait ends with the missing ranks creating other configurations (the
+  // message names the differing field); Timeout when a missing rank is doing nothing else.
+  std::shared_ptr<OpShared> join_create(int rank, const OpConfig& config);
+
+  // Records that `rank` rejected a creation (its configuration, if it has one, and why) and
+  // fails every open creation it has not joined.
+  void reject_create(int rank, const std::string& reason, const std::optional<OpConfig>& config);
 
  private:
-  struct Pending {
-    std::shared_ptr<OpShared> shared;
+  struct Creation {
+    OpConfig config;
+    std::vector<char> joined;  // [W]
     int num_joined = 0;
+    bool complete = false;
+    bool failed = false;
+    ErrorCode fail_code = ErrorCode::kInternal;
+    std::string fail_message;
+    std::shared_ptr<OpShared> shared;
+    std::chrono::steady_clock::time_point opened;
   };
+  struct RankState {
+    uint64_t attempts = 0;     // create_op and reject_create calls so far
+    uint64_t rejected_at = 0;  // the attempt that was the latest rejection (0: none)
+    std::string reject_reason;
+    std::optional<OpConfig> reject_config;
+    std::shared_ptr<Creation> creating;          // the creation it waits in, if any
+    std::optional<OpConfig> last_config;         // of its latest create_op
+    std::chrono::steady_clock::time_point left;  // when it last stopped waiting in a creation
+  };
+
+  // With mu_ held: fails `c` for everyone waiting in it, and closes it.
+  void fail_locked(const std::shared_ptr<Creation>& c, ErrorCode code, const std::string& message);
+  // With mu_ held: the message of a rejection by a rank missing from `c` that `rank` has not
+  // accounted for yet; empty when there is none.
+  std::string unaccounted_rejection_locked(int rank, const Creation& c) const;
+  // With mu_ held: `rank` has seen every attempt made so far.
+  void account_locked(int rank);
+  // With mu_ held: why the creation `c` is incomplete, from `rank`'s point of view.
+  std::string missing_report_locked(int rank, const Creation& c, bool* all_elsewhere) const;
+
   const int world_size_;
   const double timeout_s_;
   const uint64_t group_id_;
   std::mutex mu_;
-  std::vector<uint64_t> num_created_;    // [W] create_op calls each rank has started
-  std::map<uint64_t, Pending> pending_;  // creation number -> its shared state
+  std::condition_variable cv_;
+  std::map<std::string, std::shared_ptr<Creation>> open_;  // config description -> creation
+  std::vector<RankState> ranks_;                           // [W]
+  std::vector<std::vector<uint64_t>> seen_;  // [observer][rank]: attempts accounted for
 };
 
 class CpuCommunicator : public Communicator {

@@ -1,5 +1,6 @@
 // Pieces shared by the dispatch and combine data kernels: warp coordinates of a persistent
-// grid, the destination set of a token read from the notify positions, and chunk addressing.
+// grid, warp-level work tickets, the destination set of a token read from the notify positions,
+// and chunk addressing.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +18,8 @@ using formats::lane_encode;
 using formats::lane_pack_bf16;
 using formats::LaneWord;
 
+inline constexpr int kElemsPerWarpStep = Policy::kElemsPerWarpStep;
+
 // Plain (weak) 16-byte global load that bypasses L1, for rows read exactly once.
 __device__ __forceinline__ uint4 load_stream(const uint4* p) { return __ldcs(p); }
 
@@ -25,6 +28,13 @@ struct WarpCoord {
   int64_t warp;
   int64_t num_warps;
 };
+
+// The next work item of this warp: lane 0 takes a ticket, every lane gets it.
+__device__ __forceinline__ unsigned int take_ticket(unsigned int* counter, int lane) {
+  unsigned int t = 0;
+  if (lane == 0) t = atomicAdd(counter, 1u);
+  return __shfl_sync(0xffffffffu, t, 0);
+}
 
 __device__ __forceinline__ WarpCoord warp_coord() {
   WarpCoord c;

@@ -1,29 +1,36 @@
-// The error word that kernels fill instead of trapping: it lives in mapped, pinned host memory,
-// the first reporter wins, and the host turns it into an exception naming phase, rank and peer.
+// What kernels report instead of trapping, and what a step's agreement leaves for the host. The
+// error word lives in mapped, pinned host memory: the first reporter wins, and the host turns it
+// into an exception naming phase, rank and peer. A step's outcome (calls out of step, a peer's
+// rejection with its reason) is a separate record, so the host can rank outcomes: calls out of
+// step first, then this rank's own rejection, then a peer's (docs/design.md#errors).
 #pragma once
 
 #include <cstdint>
 
+#include "core/layout.h"
+
 namespace moe_ep::cuda_backend {
 
-// Codes the kernels report; the host turns them into exceptions (cuda_op.cc).
+// Codes the kernels report; the host turns them into exceptions (device_errors.cc).
 enum DeviceErrorCode : int32_t {
   kDevOk = 0,
-  kDevTimeout = 1,       // a bounded wait expired: phase, peer, expected, seen
-  kDevBadExpert = 2,     // topk_idx out of [-1, E): token, column, value
-  kDevDupExpert = 3,     // same expert twice in a token: token, column, value
-  kDevNonfiniteX = 4,    // validation: token, column
-  kDevNonfiniteW = 5,    // validation: token, column
-  kDevPeerRejected = 6,  // a peer rejected its input: peer
+  kDevTimeout = 1,     // a bounded wait expired: phase, peer, expected, seen
+  kDevBadExpert = 2,   // topk_idx out of [-1, E): token, column, value
+  kDevDupExpert = 3,   // same expert twice in a token: token, column, value
+  kDevNonfiniteX = 4,  // validation: token, column
+  kDevNonfiniteW = 5,  // validation: token, column
+  kDevStepFailed = 6,  // the step's agreement failed (see StepOutcome); no data moved
 };
 
 enum DevicePhase : int32_t {
-  kPhaseNotify = 1,
-  kPhaseDispatchWait = 2,
-  kPhaseCombineWait = 3,
+  kPhaseStep = 1,
+  kPhaseNotify = 2,
+  kPhaseDispatchWait = 3,
+  kPhaseCombineWait = 4,
+  kPhaseCreate = 5,
 };
 
-// Lives in mapped, pinned host memory; the first reporter wins (atomicCAS on code).
+// Lives in mapped, pinned host memory; the first reporter wins (atomicCAS on the device flag).
 struct DeviceError {
   int32_t code;
   int32_t phase;
@@ -34,7 +41,9 @@ struct DeviceError {
   int64_t token;
   int64_t column;
   int64_t value;
+  int64_t reserved;
 };
+static_assert(sizeof(DeviceError) == 64, "DeviceError is copied between ranks as 64 bytes");
 
 // Where kernels report: the first reporter wins the device flag (device memory, cheap to poll),
 // then fills the host record (mapped host memory, which the GPU reaches over PCIe: reading it
@@ -42,6 +51,45 @@ struct DeviceError {
 struct ErrorSink {
   DeviceError* host;  // mapped host memory, written once per error
   int32_t* flag;      // device memory: 0 while no error was reported, else the code
+};
+
+// Why a rank rejected its call, as it travels to every peer (BufferLayout's `reasons` slots):
+// either the record of a device data scan (has_record) or the host's message.
+struct StepReason {
+  DeviceError record;
+  int32_t has_record;
+  int32_t text_bytes;
+  char text[kStepReasonBytes - sizeof(DeviceError) - 8];
+};
+static_assert(sizeof(StepReason) == kStepReasonBytes, "a reason fills its slot exactly");
+
+// A step word's payload: the call's kind and number and whether the rank rejected it.
+struct StepInfo {
+  static constexpr int kCallBits = 48;
+  MOE_EP_HD static uint64_t pack(int kind, bool rejected, uint64_t call) {
+    return (static_cast<uint64_t>(kind) << 56) | (static_cast<uint64_t>(rejected) << 55) |
+           (call & ((1ull << kCallBits) - 1));
+  }
+  MOE_EP_HD static int kind(uint64_t info) { return static_cast<int>(info >> 56); }
+  MOE_EP_HD static bool rejected(uint64_t info) { return (info >> 55) & 1; }
+  MOE_EP_HD static uint64_t call(uint64_t info) { return info & ((1ull << kCallBits) - 1); }
+  // Equal calls: kind and number (the rejected bit is the verdict, not the identity).
+  MOE_EP_HD static bool same_call(uint64_t a, uint64_t b) { return ((a ^ b) & ~(1ull << 55)) == 0; }
+};
+
+enum StepStatus : int32_t {
+  kStepOk = 0,
+  kStepOutOfStep = 1,     // a peer is in another call: peer, peer_info
+  kStepPeerRejected = 2,  // a peer rejected (lowest such rank): peer, reason
+};
+
+// Mapped host memory, written by the step kernel of the call in flight.
+struct StepOutcome {
+  uint64_t step;  // the step this outcome is about (0: none yet)
+  int32_t status;
+  int32_t peer;
+  uint64_t peer_info;
+  StepReason reason;
 };
 
 }  // namespace moe_ep::cuda_backend

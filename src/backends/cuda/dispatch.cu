@@ -6,10 +6,10 @@ namespace moe_ep::cuda_backend {
 template <typename F, bool kPrequantized>
 static cudaError_t launch_dispatch_as(const DispatchParams& p, int num_blocks,
                                       cudaStream_t stream) {
-  dispatch_kernel<F, kPrequantized><<<num_blocks, kDataThreads, 0, stream>>>(p);
+  dispatch_kernel<F, kPrequantized><<<num_blocks, Policy::kDataThreads, 0, stream>>>(p);
   cudaError_t status = cudaGetLastError();
   if (status != cudaSuccess) return status;
-  dispatch_wait_kernel<<<1, kMaxWorldSize, 0, stream>>>(p);
+  dispatch_wait_kernel<<<1, Policy::kMaxPeers, 0, stream>>>(p);
   return cudaGetLastError();
 }
 

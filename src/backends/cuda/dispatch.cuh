@@ -3,19 +3,21 @@
 // bf16 once (16 bytes a lane, four 256-element steps in flight), encodes it to the wire format
 // in registers and stores the result straight into the receive buffer of every destination
 // rank at its canonical row (computed by notify); the warp with a row's first slice also writes
-// the row's metadata. Slices keep small batches from waiting on one warp per row (v10: 128
-// tokens x 7168 is 896 slices, not 128 rows). The last block releases the per-source done flag
-// in every destination; dispatch_wait_kernel then waits for all sources' flags.
+// the row's metadata. Slices keep small batches from waiting on one warp per row. Nothing in the
+// kernel waits, so any resident subset of its blocks finishes it; the last block releases the
+// per-source done flag in every destination, and dispatch_wait_kernel waits for all sources'.
 #pragma once
 
 #include "backends/cuda/data_common.cuh"
 
 namespace moe_ep::cuda_backend {
 
-inline constexpr int kDispatchUnroll = 4;  // chunks of 256 elements loaded before encoding
+inline constexpr int kDispatchUnroll = Policy::kUnroll;
 // Elements of a row one warp encodes as one work item: one unrolled step. A multiple of both
 // block sizes (128, 32), so no scale block straddles two warps.
-inline constexpr int kDispatchSliceElems = kElemsPerWarpStep * kDispatchUnroll;  // 1024
+inline constexpr int kDispatchSliceElems = Policy::kDispatchSliceElems;
+static_assert(kDispatchSliceElems == kElemsPerWarpStep * kDispatchUnroll,
+              "a slice is one unrolled step of a warp");
 static_assert(kDispatchSliceElems % kFp8BlockSize == 0 &&
                   kDispatchSliceElems % kMxfp4BlockSize == 0,
               "a dispatch slice must hold whole scale blocks");
@@ -120,16 +122,16 @@ __device__ __forceinline__ void send_bytes(const DispatchParams& p, const RecvFi
 }
 
 template <typename F, bool kPrequantized>
-__global__ void __launch_bounds__(kDataThreads) dispatch_kernel(DispatchParams p) {
-  // Launched before the host has looked at notify's outcome: a rejected or failed call stops
-  // here on every rank (notify set the flag), so no data moves.
+__global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm)
+    dispatch_kernel(DispatchParams p) {
+  // Launched before the host has looked at the step's outcome: a rejected or failed call stops
+  // here on every rank (the step kernel set the flag), so no data moves.
   if (block_sees_error(p.err)) return;
   const WarpCoord c = warp_coord();
   const RankInfo& info = p.info;
   const RecvFields fields(p.layout);
   // Whole rows per warp when the tokens alone fill at least half the grid's warps; 1024-element
-  // slices otherwise (docs/perf-notes.md, v10: slices took 128-token fp4 dispatch from 69 to
-  // 36 us but 4096-token fp4 from 111 to 117 us).
+  // slices otherwise (docs/perf-notes.md: slices help small batches, cost large ones).
   const int64_t row_slices =
       kPrequantized ? 1 : (info.hidden + kDispatchSliceElems - 1) / kDispatchSliceElems;
   const int64_t slices_per_item = 2 * p.num_tokens >= c.num_warps ? row_slices : 1;
@@ -154,7 +156,7 @@ __global__ void __launch_bounds__(kDataThreads) dispatch_kernel(DispatchParams p
     }
   }
   signal_when_grid_done(p.block_counter, p.peers.base, info.world_size,
-                        p.layout.done_offset(0, info.rank), p.seq);
+                        p.layout.done_offset(info.rank), p.step);
 }
 
 // Receiver role: wait until every source has released its done flag for this call.
@@ -163,9 +165,9 @@ __global__ void dispatch_wait_kernel(DispatchParams p) {
   const int src = threadIdx.x;
   if (src >= p.info.world_size) return;
   const auto* flag =
-      reinterpret_cast<const uint64_t*>(p.peers.base[p.info.rank] + p.layout.done_offset(0, src));
+      reinterpret_cast<const uint64_t*>(p.peers.base[p.info.rank] + p.layout.done_offset(src));
   uint64_t word = 0;
-  wait_tagged(flag, 0, p.seq, p.timeout_ns, p.err, kPhaseDispatchWait, p.info.rank, src, &word);
+  wait_tagged(flag, 0, p.step, p.timeout_ns, p.err, kPhaseDispatchWait, p.info.rank, src, &word);
 }
 
 }  // namespace moe_ep::cuda_backend

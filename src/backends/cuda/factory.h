@@ -3,11 +3,13 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "moe_ep/op.h"
 
 namespace moe_ep::cuda_backend {
 
 std::shared_ptr<Op> create_op(const std::shared_ptr<Communicator>& comm, const OpConfig& config);
+void reject_create(const std::shared_ptr<Communicator>& comm, const std::string& reason);
 
 }  // namespace moe_ep::cuda_backend

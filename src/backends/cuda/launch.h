@@ -1,6 +1,7 @@
 // Host-side interface of the CUDA kernels: trivially copyable parameter structs and the
 // launchers, callable from plain C++ (cuda_op.cc). The kernels live in the .cuh files beside
-// this one and are instantiated per wire format in the thin .cu files.
+// this one and are instantiated in the thin .cu files. Every launcher takes its grid from the
+// op's SM budget and its block shape from the policy (policy.h).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -8,7 +9,8 @@
 #include <cstdint>
 
 #include "backends/cuda/device_error.h"
-#include "backends/cuda/tuning.h"
+#include "backends/cuda/policy.h"
+#include "core/agreement.h"
 #include "core/layout.h"
 #include "moe_ep/dtypes.h"
 
@@ -16,7 +18,7 @@ namespace moe_ep::cuda_backend {
 
 // Base address of every rank's symmetric buffer, as seen from this GPU.
 struct PeerTable {
-  char* base[kMaxWorldSize];
+  char* base[Policy::kMaxPeers];
 };
 
 struct RankInfo {
@@ -27,6 +29,21 @@ struct RankInfo {
   int32_t topk = 1;
   int32_t hidden = 0;
   int32_t max_tokens = 0;
+};
+
+// The agreement every call starts with (docs/design.md#collective-calls-and-agreement): thread
+// q stores this rank's step word (and, when it rejects, its reason) into peer q, then waits for
+// peer q's word of the same step in this rank's buffer and compares the calls.
+struct StepParams {
+  RankInfo info;
+  PeerTable peers;
+  BufferLayout layout;
+  uint64_t step;                // the op's collective step number, from 1
+  uint64_t info_word;           // StepInfo::pack(kind, rejected by the host, call)
+  const StepReason* my_reason;  // mapped host memory: the host's reason when it rejected
+  StepOutcome* outcome;         // mapped host memory
+  uint64_t timeout_ns;
+  ErrorSink err;  // a data-scan error already in it means "rejected"
 };
 
 // Checks topk_idx (always: range; validation mode: duplicates) and, in validation mode, x and
@@ -52,7 +69,8 @@ struct NotifyParams {
   int32_t* send_offset;        // [W]: first row of this rank's block in destination d
   int32_t* recv_expert_count;  // [E / W]
   int64_t* host_num_recv;      // mapped host memory
-  uint64_t seq;
+  unsigned int* tickets;       // [1] block tickets, reset by the receiving block
+  uint64_t step;
   uint64_t timeout_ns;
   ErrorSink err;
 };
@@ -66,10 +84,10 @@ struct DispatchParams {
   const int32_t* topk_idx;    // [T, K]
   const float* topk_weights;  // [T, K]
   int32_t num_tokens;
-  const int32_t* pos;          // [W, max_tokens]
-  const int32_t* send_offset;  // [W]
-  unsigned int* block_counter;
-  uint64_t seq;
+  const int32_t* pos;           // [W, max_tokens]
+  const int32_t* send_offset;   // [W]
+  unsigned int* block_counter;  // [1] last-block-done counter, reset by the last block
+  uint64_t step;
   uint64_t timeout_ns;
   ErrorSink err;
 };
@@ -82,22 +100,53 @@ struct CombineParams {
   int64_t num_recv;
   uint16_t* out;  // [T, H] bf16
   int32_t num_tokens;
-  const int32_t* pos;  // [W, max_tokens] from the matching dispatch
-  uint64_t seq;
+  const int32_t* pos;     // [W, max_tokens] from the matching dispatch
+  unsigned int* tickets;  // [2] work tickets and finished warps, reset by the last warp
+  uint64_t step;
   uint64_t timeout_ns;
   ErrorSink err;
 };
 
-cudaError_t launch_validate(const ValidateParams& p, cudaStream_t stream);
-cudaError_t launch_notify(const NotifyParams& p, cudaStream_t stream);
+// The creation rendezvous over a communicator's control area (cuda_comm.h): thread q stores this
+// rank's attempt into peer q's area, then waits for peer q's matching attempt in this rank's.
+struct CreateOutcome {
+  int32_t status[Policy::kMaxPeers];  // kCreateMatched, kCreatePeerRejected or kCreateTimedOut
+  uint64_t tag[Policy::kMaxPeers];    // the peer's latest attempt word seen
+  uint64_t reject_attempt[Policy::kMaxPeers];
+  int64_t config[Policy::kMaxPeers][kNumConfigFields];  // the peer's latest configuration seen
+  int32_t rejected_by;  // lowest peer whose rejection was seen, -1 when none
+  StepReason reason;    // that peer's reason
+};
+enum CreateStatus : int32_t {
+  kCreatePending = 0,
+  kCreateMatched = 1,
+  kCreatePeerRejected = 2,
+  kCreateTimedOut = 3,
+};
+
+struct CreateParams {
+  int32_t rank;
+  int32_t world_size;
+  PeerTable control;  // every rank's control area
+  uint64_t tag;       // this rank's attempt word
+  uint64_t reject_attempt;
+  int64_t config[kNumConfigFields];
+  const StepReason* my_reason;  // mapped host memory, when rejecting
+  uint64_t seen[Policy::kMaxPeers];
+  uint64_t timeout_ns;
+  CreateOutcome* outcome;  // mapped host memory
+};
+
+cudaError_t launch_step(const StepParams& p, cudaStream_t stream);
+cudaError_t launch_validate(const ValidateParams& p, int max_blocks, cudaStream_t stream);
+cudaError_t launch_notify(const NotifyParams& p, int max_blocks, cudaStream_t stream);
 cudaError_t launch_dispatch(DispatchDtype dtype, bool prequantized, const DispatchParams& p,
                             int num_blocks, cudaStream_t stream);
-// num_blocks must not exceed combine_max_coresident_blocks: the combine kernel's receiving
-// warps wait for rows that other warps of the same grid send.
+// Any number of blocks is safe: work that other warps wait for is handed out by tickets before
+// the waits (combine.cuh), so whatever subset of the grid is resident finishes it.
 cudaError_t launch_combine(CombineDtype dtype, const CombineParams& p, int num_blocks,
                            cudaStream_t stream);
-// Blocks of the combine kernel that fit on the device at once (occupancy x SMs), or -1.
-int combine_max_coresident_blocks(CombineDtype dtype, int device);
+cudaError_t launch_create_rendezvous(const CreateParams& p, cudaStream_t stream);
 // Resolves the peer base addresses of a registered NCCL window (symmetric.cu).
 cudaError_t resolve_peer_pointers(void* window, int world_size, char** out_device,
                                   cudaStream_t stream);

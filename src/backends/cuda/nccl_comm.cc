@@ -4,23 +4,92 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <exception>
 #include <random>
+#include <thread>
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/nccl_check.h"
+#include "backends/cuda/resources.h"
 #include "moe_ep/cuda.h"
 
 namespace moe_ep {
 namespace cuda_backend {
+namespace {
+
+// A buffer in NCCL symmetric memory: ncclMemAlloc'd, then registered as a window (collective).
+// Deregistration is collective too, so an abandoned buffer (its op poisoned by a dead peer) is
+// left as it is rather than waiting for that peer.
+class NcclSymmetric : public SymmetricMemory {
+ public:
+  NcclSymmetric(ncclComm_t comm, int device, size_t bytes) : comm_(comm), device_(device) {
+    DeviceGuard guard(device);
+    void* p = nullptr;
+    MOE_EP_NCCL_CHECK(ncclMemAlloc(&p, bytes));
+    local_ = static_cast<char*>(p);
+    bytes_ = bytes;
+    Stream stream;
+    MOE_EP_CUDA_CHECK(cudaMemsetAsync(local_, 0, bytes, stream.get()));
+    MOE_EP_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
+  }
+  ~NcclSymmetric() override {
+    if (abandoned_) return;
+    DeviceGuard guard(device_);
+    if (window_ != nullptr) ncclCommWindowDeregister(comm_, window_);
+    ncclMemFree(local_);
+  }
+  void abandon() override { abandoned_ = true; }
+
+  // Collective: registers the window and reads every rank's base address through it.
+  void publish(int rank, int world) {
+    DeviceGuard guard(device_);
+    MOE_EP_NCCL_CHECK(
+        ncclCommWindowRegister(comm_, local_, bytes_, &window_, NCCL_WIN_COLL_SYMMETRIC));
+    if (world == 1) {
+      // A one-rank window has no peer mapping to resolve (ncclGetPeerPointer faults on it).
+      peers_.base[0] = local_;
+      return;
+    }
+    DeviceArray<char*> resolved(device_, world);
+    Stream stream;
+    MOE_EP_CUDA_CHECK(resolve_peer_pointers(window_, world, resolved.get(), stream.get()));
+    MOE_EP_CUDA_CHECK(cudaMemcpyAsync(peers_.base, resolved.get(), sizeof(char*) * world,
+                                      cudaMemcpyDeviceToHost, stream.get()));
+    MOE_EP_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
+    MOE_EP_CHECK_INTERNAL(peers_.base[rank] != nullptr, "window of rank ", rank,
+                          " resolved to a null address");
+  }
+
+ private:
+  ncclComm_t comm_;
+  int device_;
+  ncclWindow_t window_ = nullptr;
+  bool abandoned_ = false;
+};
+
+}  // namespace
 
 NcclCommunicator::NcclCommunicator(ncclComm_t comm, int device, uint64_t group_id, bool owned)
     : comm_(comm), device_(device), group_id_(group_id), owned_(owned) {
   MOE_EP_NCCL_CHECK(ncclCommUserRank(comm_, &rank_));
   MOE_EP_NCCL_CHECK(ncclCommCount(comm_, &size_));
+  MOE_EP_CUDA_CHECK(cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, device_));
+  ledger_.init(device_, size_);
+  control_ = allocate(kControlBytesPerRank * static_cast<size_t>(size_));
+  publish(*control_);
 }
 
 NcclCommunicator::~NcclCommunicator() {
+  control_.reset();
   if (owned_) ncclCommDestroy(comm_);
+}
+
+std::unique_ptr<SymmetricMemory> NcclCommunicator::allocate(size_t bytes) {
+  return std::make_unique<NcclSymmetric>(comm_, device_, bytes);
+}
+
+void NcclCommunicator::publish(SymmetricMemory& memory) {
+  static_cast<NcclSymmetric&>(memory).publish(rank_, size_);
 }
 
 namespace {
@@ -120,9 +189,25 @@ std::vector<std::shared_ptr<Communicator>> make_local_nccl_communicators(
   MOE_EP_NCCL_CHECK(
       ncclCommInitAll(comms.data(), static_cast<int>(devices.size()), devices.data()));
   const uint64_t id = cuda_backend::fresh_group_id();
-  std::vector<std::shared_ptr<Communicator>> out;
+  // Each communicator registers its control area collectively: one thread per rank.
+  std::vector<std::shared_ptr<Communicator>> out(devices.size());
+  std::vector<std::exception_ptr> errors(devices.size());
+  std::vector<std::thread> threads;
   for (size_t i = 0; i < devices.size(); ++i) {
-    out.push_back(std::make_shared<cuda_backend::NcclCommunicator>(comms[i], devices[i], id, true));
+    threads.emplace_back([&, i] {
+      try {
+        out[i] = std::make_shared<cuda_backend::NcclCommunicator>(comms[i], devices[i], id, true);
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (size_t i = 0; i < devices.size(); ++i) {
+    if (errors[i] && !out[i]) ncclCommDestroy(comms[i]);
+  }
+  for (const std::exception_ptr& e : errors) {
+    if (e) std::rethrow_exception(e);
   }
   return out;
 }

@@ -1,10 +1,13 @@
-// Validation and counts exchange, the first two kernels of every dispatch.
-// validate: range of expert ids always, duplicates and non-finite inputs in validation mode.
-// notify: block d scans the tokens for destination d (canonical positions by block scan), then
-// release-stores {seq, rows s->d} into every peer's counts table and {seq, rows naming local
-// expert e} into d's expert table; block 0 then waits for every rank's words (bounded) and
-// derives this rank's send offsets, receive total and per-local-expert counts. A rank whose
-// input was rejected sends the sentinel count so that every rank aborts the call together.
+// Validation and counts exchange of a dispatch.
+// validate (before the step agreement): range of expert ids always, duplicates and non-finite
+// inputs in validation mode; a failure sets the error flag, which the step kernel turns into
+// this rank's rejection of the call.
+// notify (after it): blocks take tickets. Ticket d < W scans the tokens for destination d
+// (canonical positions by block scan) and stores {step, rows s->d} into every peer's counts
+// table and {step, rows naming local expert e} into d's expert table. Ticket W, handed out only
+// after every sender ticket was taken by a running block, waits (bounded) for every rank's words
+// and derives this rank's send offsets, receive total and per-local-expert counts. So the kernel
+// finishes with any number of its blocks resident.
 #pragma once
 
 #include <cub/block/block_scan.cuh>
@@ -14,8 +17,6 @@
 #include "formats/scalar.h"
 
 namespace moe_ep::cuda_backend {
-
-inline constexpr uint32_t kRejectedCount = 0xffffffffu;
 
 __global__ void validate_kernel(ValidateParams p) {
   const RankInfo& info = p.info;
@@ -51,13 +52,13 @@ __global__ void validate_kernel(ValidateParams p) {
 
 // Block d: canonical positions of the tokens sent to d, and the messages for d.
 __device__ void notify_send(const NotifyParams& p, int dest, int* expert_count) {
-  using Scan = cub::BlockScan<int, kNotifyThreads>;
+  using Scan = cub::BlockScan<int, Policy::kNotifyThreads>;
   __shared__ typename Scan::TempStorage scan_storage;
   const RankInfo& info = p.info;
   for (int e = threadIdx.x; e < info.experts_per_rank; e += blockDim.x) expert_count[e] = 0;
   __syncthreads();
   int running = 0;
-  for (int base = 0; base < p.num_tokens; base += kNotifyThreads) {
+  for (int base = 0; base < p.num_tokens; base += Policy::kNotifyThreads) {
     const int t = base + threadIdx.x;
     int flag = 0;
     if (t < p.num_tokens) {
@@ -68,7 +69,11 @@ __device__ void notify_send(const NotifyParams& p, int dest, int* expert_count) 
         const int32_t local = slots[k] - first;
         if (slots[k] >= 0 && local >= 0 && local < info.experts_per_rank) {
           flag = 1;
-          atomicAdd(&expert_count[local], 1);
+          // A row counts once per expert it names, even if a slot repeats the expert (possible
+          // with validation off): the count is of rows, as on the CPU.
+          bool repeated = false;
+          for (int j = 0; j < k; ++j) repeated = repeated || slots[j] == slots[k];
+          if (!repeated) atomicAdd(&expert_count[local], 1);
         }
       }
     }
@@ -80,10 +85,9 @@ __device__ void notify_send(const NotifyParams& p, int dest, int* expert_count) 
     running += chunk_total;
     __syncthreads();  // scan_storage is reused
   }
-  const bool rejected = block_sees_error(p.err);
-  const uint64_t tag = p.seq << 32;
-  const uint64_t count_word = tag | (rejected ? kRejectedCount : static_cast<uint32_t>(running));
-  const int parity = static_cast<int>(p.seq & 1);
+  const uint64_t tag = p.step << 32;
+  const uint64_t count_word = tag | static_cast<uint32_t>(running);
+  const int parity = static_cast<int>(p.step & 1);
   for (int peer = threadIdx.x; peer < info.world_size; peer += blockDim.x) {
     st_relaxed_sys(reinterpret_cast<uint64_t*>(p.peers.base[peer] +
                                                p.layout.counts_offset(parity, info.rank, dest)),
@@ -94,44 +98,35 @@ __device__ void notify_send(const NotifyParams& p, int dest, int* expert_count) 
                                                p.layout.experts_offset(parity, info.rank, e)),
                    tag | static_cast<uint32_t>(expert_count[e]));
   }
+  __syncthreads();  // expert_count is reused by this block's next ticket
 }
 
-// Block 0 after its send: wait for every word addressed to this rank, then derive the layout.
+// Ticket W: wait for every word addressed to this rank, then derive the layout.
 __device__ void notify_receive(const NotifyParams& p, int* counts /* [W*W] */) {
   const RankInfo& info = p.info;
   const int world = info.world_size;
-  const int parity = static_cast<int>(p.seq & 1);
+  const int parity = static_cast<int>(p.step & 1);
   const char* self = p.peers.base[info.rank];
-  __shared__ int rejected_by;
-  if (threadIdx.x == 0) rejected_by = -1;
-  __syncthreads();
   for (int i = threadIdx.x; i < world * world; i += blockDim.x) {
     const int src = i / world, dst = i % world;
     uint64_t word = 0;
     const auto* flag =
         reinterpret_cast<const uint64_t*>(self + p.layout.counts_offset(parity, src, dst));
-    if (!wait_tagged<false>(flag, 32, p.seq, p.timeout_ns, p.err, kPhaseNotify, info.rank, src,
+    if (!wait_tagged<false>(flag, 32, p.step, p.timeout_ns, p.err, kPhaseNotify, info.rank, src,
                             &word)) {
       counts[i] = 0;
       continue;
     }
     counts[i] = static_cast<int>(static_cast<uint32_t>(word));
-    if (static_cast<uint32_t>(word) == kRejectedCount) atomicMax(&rejected_by, src);
   }
   __syncthreads();
-  if (rejected_by >= 0) {
-    if (threadIdx.x == 0 && rejected_by != info.rank) {
-      report_error(p.err, kDevPeerRejected, kPhaseNotify, info.rank, rejected_by, 0, 0, -1, -1, 0);
-    }
-    return;
-  }
   for (int e = threadIdx.x; e < info.experts_per_rank; e += blockDim.x) {
     int total = 0;
     for (int src = 0; src < world; ++src) {
       uint64_t word = 0;
       const auto* flag =
           reinterpret_cast<const uint64_t*>(self + p.layout.experts_offset(parity, src, e));
-      if (wait_tagged<false>(flag, 32, p.seq, p.timeout_ns, p.err, kPhaseNotify, info.rank, src,
+      if (wait_tagged<false>(flag, 32, p.step, p.timeout_ns, p.err, kPhaseNotify, info.rank, src,
                              &word)) {
         total += static_cast<int>(static_cast<uint32_t>(word));
       }
@@ -151,12 +146,29 @@ __device__ void notify_receive(const NotifyParams& p, int* counts /* [W*W] */) {
   }
 }
 
-__global__ void __launch_bounds__(kNotifyThreads) notify_kernel(NotifyParams p) {
+__global__ void __launch_bounds__(Policy::kNotifyThreads) notify_kernel(NotifyParams p) {
   extern __shared__ int notify_smem[];  // [max(E/W, W*W)]
-  notify_send(p, blockIdx.x, notify_smem);
-  if (blockIdx.x != 0) return;
-  __syncthreads();
-  notify_receive(p, notify_smem);
+  // The step agreement failed or this rank rejected: nothing moves, on every rank.
+  if (block_sees_error(p.err)) return;
+  const unsigned int world = static_cast<unsigned int>(p.info.world_size);
+  __shared__ unsigned int ticket;
+  while (true) {
+    if (threadIdx.x == 0) ticket = atomicAdd(&p.tickets[0], 1u);
+    __syncthreads();
+    const unsigned int t = ticket;
+    __syncthreads();
+    if (t > world) break;
+    if (t < world) {
+      notify_send(p, static_cast<int>(t), notify_smem);
+    } else {
+      notify_receive(p, notify_smem);
+    }
+  }
+  // The last block out resets the tickets for the op's next dispatch.
+  if (threadIdx.x == 0 && atomicAdd(&p.tickets[1], 1u) == gridDim.x - 1) {
+    p.tickets[0] = 0;
+    p.tickets[1] = 0;
+  }
 }
 
 }  // namespace moe_ep::cuda_backend

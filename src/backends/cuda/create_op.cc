@@ -1,0 +1,174 @@
+// Op creation on the CUDA backend (docs/design.md#collective-calls-and-agreement): every rank's
+// verdict on its configuration and the configuration itself are agreed on through the
+// communicator's control area (create_rendezvous_kernel) before anything collective happens;
+// then every rank allocates, agrees again that all of them could, and only then takes part in
+// the collective registration of the buffers. A rank that rejects tells the others, who fail at
+// once; creations are matched by configuration, so a missed creation costs that creation only.
+#include <algorithm>
+#include <cstring>
+
+#include "backends/cuda/cuda_check.h"
+#include "backends/cuda/cuda_comm.h"
+#include "backends/cuda/cuda_op.h"
+#include "backends/cuda/factory.h"
+#include "backends/cuda/resources.h"
+#include "moe_ep/config.h"
+
+namespace moe_ep::cuda_backend {
+namespace {
+
+void fill_reason(StepReason& r, const std::string& text) {
+  std::memset(&r, 0, sizeof(r));
+  const size_t n = std::min(text.size(), sizeof(r.text) - 1);
+  std::memcpy(r.text, text.data(), n);
+  r.text_bytes = static_cast<int32_t>(n);
+}
+
+std::string reason_text(const StepReason& r) {
+  return std::string(r.text, std::min<size_t>(std::max(r.text_bytes, 0), sizeof(r.text)));
+}
+
+ConfigValues values_of(const int64_t (&config)[kNumConfigFields]) {
+  ConfigValues v;
+  std::copy(std::begin(config), std::end(config), v.begin());
+  return v;
+}
+
+// One round of the rendezvous: this rank's attempt (joining with `values`, or rejecting with
+// `rejection`), then, when joining, the wait for every peer's matching attempt. Throws what this
+// rank must raise.
+void rendezvous(CudaComm& comm, const ConfigValues& values, const std::string& rejection) {
+  CreateLedger& ledger = comm.ledger();
+  std::lock_guard<std::mutex> lock(ledger.mu);
+  const int world = comm.size();
+  const int rank = comm.rank();
+  const bool rejecting = !rejection.empty();
+  const uint64_t attempt = ++ledger.attempts;
+  if (rejecting) ledger.rejected_at = attempt;
+
+  DeviceGuard guard(comm.device());
+  HostMapped<CreateOutcome>& outcome = *ledger.outcome;
+  HostMapped<StepReason>& reason = *ledger.reason;
+  std::memset(static_cast<void*>(outcome.host()), 0, sizeof(CreateOutcome));
+  outcome.host()->rejected_by = -1;
+  if (rejecting) fill_reason(*reason.host(), rejection);
+  CreateParams p{};
+  p.rank = rank;
+  p.world_size = world;
+  p.control = comm.control().peers();
+  p.tag = attempt << 2 | (rejecting ? kCreateRejected : kCreateJoining);
+  p.reject_attempt = ledger.rejected_at;
+  std::copy(values.begin(), values.end(), p.config);
+  p.my_reason = reason.device();
+  for (int q = 0; q < world; ++q) p.seen[q] = ledger.seen[q];
+  p.timeout_ns = static_cast<uint64_t>(Knobs::get().timeout_s * 1e9);
+  p.outcome = outcome.device();
+  cudaStream_t stream = ledger.stream->get();
+  MOE_EP_CUDA_CHECK(launch_create_rendezvous(p, stream));
+  MOE_EP_CUDA_CHECK(cudaStreamSynchronize(stream));  // bounded by the kernel's timeout
+  if (rejecting) throw InvalidArgument(rejection);
+
+  const CreateOutcome& o = *outcome.host();
+  // Every attempt seen is accounted for, whatever the outcome.
+  for (int q = 0; q < world; ++q) {
+    ledger.seen[q] = std::max({ledger.seen[q], o.tag[q] >> 2, o.reject_attempt[q]});
+  }
+  if (o.rejected_by >= 0) {
+    const int q = o.rejected_by;
+    // A rejection made before any configuration existed (reject_create) carries none.
+    const bool has_config = o.config[q][0] != 0;
+    const std::string difference =
+        has_config ? first_config_difference(values_of(o.config[q]), q, values, rank) : "";
+    throw InvalidArgument(detail::concat(
+        "create_op aborted: rank ", q, " rejected its configuration",
+        difference.empty() ? "" : " (" + difference + ")", ": ", reason_text(o.reason)));
+  }
+  std::string missing, doing, first_difference;
+  bool all_elsewhere = true;
+  int num_missing = 0;
+  for (int q = 0; q < world; ++q) {
+    if (o.status[q] == kCreateMatched) continue;
+    ++num_missing;
+    missing += (missing.empty() ? "" : ", ") + std::to_string(q);
+    const bool creating = (o.tag[q] & 3) == kCreateJoining && (o.tag[q] >> 2) > 0;
+    const std::string difference = first_config_difference(values_of(o.config[q]), q, values, rank);
+    if (creating && !difference.empty()) {
+      if (first_difference.empty()) first_difference = difference;
+      doing += detail::concat("; rank ", q, "'s latest creation is another configuration (",
+                              difference, ")");
+    } else {
+      all_elsewhere = false;
+      doing += detail::concat("; rank ", q, " has not joined");
+    }
+  }
+  if (num_missing == 0) return;
+  const std::string waited =
+      detail::concat("create_op: rank ", rank, " timed out after ", Knobs::get().timeout_s,
+                     " s waiting for ranks [", missing, "] to create the same op (expected ", world,
+                     " arrivals, seen ", world - num_missing, ")");
+  if (all_elsewhere) {
+    throw InvalidArgument(detail::concat("configuration differs between ranks: ", first_difference,
+                                         " (", waited, doing, ")"));
+  }
+  throw Timeout(waited + doing);
+}
+
+// The SM budget of an op: OpConfig::num_sms, else MOE_EP_NUM_SMS, else the policy's default;
+// at most what the communicator allows one op of this rank. An explicit budget above that is
+// an error; the default is clamped to it.
+int resolve_num_sms(const OpConfig& config, const CudaComm& comm) {
+  const int cap = comm.max_sms();
+  const int requested = config.num_sms > 0 ? config.num_sms : Knobs::get().num_sms;
+  if (requested == 0) return std::min(Policy::kDefaultNumSms, cap);
+  const char* from = config.num_sms > 0 ? "num_sms" : "MOE_EP_NUM_SMS";
+  MOE_EP_CHECK_ARG(requested <= cap, from, "=", requested, " exceeds the ", cap,
+                   " SMs one op of this rank may use on device ", comm.device());
+  return requested;
+}
+
+std::shared_ptr<CudaComm> cuda_comm_of(const std::shared_ptr<Communicator>& comm) {
+  auto cuda = std::dynamic_pointer_cast<CudaComm>(comm);
+  MOE_EP_CHECK_ARG(cuda != nullptr, "comm is a ", to_string(comm->backend()),
+                   " communicator that is not a CUDA communicator of moe_ep/cuda.h");
+  return cuda;
+}
+
+}  // namespace
+
+std::shared_ptr<Op> create_op(const std::shared_ptr<Communicator>& comm, const OpConfig& config) {
+  const std::shared_ptr<CudaComm> cuda = cuda_comm_of(comm);
+  const ConfigValues values = config_values(config, cuda->size());
+  std::string rejection;
+  int num_sms = 0;
+  try {
+    check_config(config, cuda->size());
+    MOE_EP_CHECK_ARG(cuda->size() <= Policy::kMaxPeers, "world_size=", cuda->size(),
+                     " exceeds the CUDA backend's limit of ", Policy::kMaxPeers, " ranks");
+    num_sms = resolve_num_sms(config, *cuda);
+  } catch (const InvalidArgument& e) {
+    rejection = e.what();
+  }
+  rendezvous(*cuda, values, rejection);
+  // Every rank agreed; now every rank allocates, and all agree that all could.
+  std::shared_ptr<CudaOp> op;
+  std::string failure;
+  try {
+    op = std::make_shared<CudaOp>(cuda, config, num_sms);
+  } catch (const Error& e) {
+    failure = detail::concat("rank ", cuda->rank(), " could not allocate: ", e.what());
+  }
+  rendezvous(*cuda, values, failure);
+  op->publish();
+  return op;
+}
+
+void reject_create(const std::shared_ptr<Communicator>& comm, const std::string& reason) {
+  const std::shared_ptr<CudaComm> cuda = cuda_comm_of(comm);
+  try {
+    rendezvous(*cuda, ConfigValues{}, reason.empty() ? "rejected by the caller" : reason);
+  } catch (const InvalidArgument&) {
+    // The rejection itself: the caller raises its own error.
+  }
+}
+
+}  // namespace moe_ep::cuda_backend

@@ -1,0 +1,83 @@
+// The CUDA backend's op: one rank per GPU (or per stream, in the single-GPU test world), a
+// symmetric communication buffer from the communicator (cuda_comm.h), kernels that store
+// straight into peers' buffers. Every call is queued on the caller's stream behind the op's
+// previous call (an internal event), so calls may move between streams; it starts with the step
+// agreement (agreement.cuh): a rank whose host checks reject its arguments still launches it,
+// with a rejected verdict, so every rank learns of the rejection before anything moves.
+// A dispatch runs validate -> step -> notify -> data kernel, then waits on the host for the
+// number of received rows; a combine runs step -> combine kernel without a host wait, so its
+// errors are raised at the op's next entry or synchronize().
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "backends/cuda/cuda_comm.h"
+#include "backends/cuda/launch.h"
+#include "backends/cuda/resources.h"
+#include "core/op_base.h"
+
+namespace moe_ep::cuda_backend {
+
+class CudaOp final : public OpBase {
+ public:
+  // Local part of creation: every allocation of this rank (create_op.cc agrees with the other
+  // ranks that all of them succeeded, then calls publish()).
+  CudaOp(std::shared_ptr<CudaComm> comm, const OpConfig& config, int num_sms);
+  ~CudaOp() override;
+  // Collective: makes the op's buffer known to every rank.
+  void publish();
+
+  Backend backend() const override { return Backend::kCuda; }
+  DispatchResult dispatch(const DispatchArgs& args) override;
+  void combine(const Handle& handle, const TensorView& y, const TensorView& out,
+               void* stream) override;
+  void synchronize(void* stream) override;
+  void reject(CallKind kind, const std::string& reason, void* stream) override;
+
+ private:
+  // Mapped host memory shared with the kernels.
+  struct HostShared {
+    DeviceError error;
+    StepOutcome step;
+    StepReason my_reason;
+    int64_t num_recv;
+  };
+
+  RankInfo rank_info() const;
+  // Starts a call on `stream`: after the op's previous call, with the step agreement.
+  // `rejection` empty means this rank accepted its arguments.
+  void begin_step(cudaStream_t stream, const StepVerdict& verdict);
+  void end_call(cudaStream_t stream);
+  // Raises what the device reported for the call that ended (or an earlier asynchronous one):
+  // calls out of step (InvalidUsage), this rank's own rejection, a peer's rejection
+  // (InvalidArgument; the op stays usable), or a timeout (poisons). `mine` is this rank's
+  // verdict of that call, when it is the current one.
+  void raise_device_error(const char* call, const StepVerdict* mine = nullptr);
+  std::string describe_record(const DeviceError& e) const;
+  std::vector<MemoryRange> owned_memory() const;
+
+  std::shared_ptr<CudaComm> comm_;
+  const int device_;
+  const int num_sms_;      // SM budget
+  const int data_blocks_;  // num_sms_ x Policy::kDataBlocksPerSm
+  BufferLayout layout_;
+  std::unique_ptr<SymmetricMemory> buffer_;
+  DeviceArray<int32_t> pos_;                 // [W, max_tokens]
+  DeviceArray<int32_t> send_offset_;         // [W]
+  DeviceArray<int32_t> recv_expert_count_;   // [E / W]
+  DeviceArray<unsigned int> counters_;       // [4]: notify tickets [2], combine tickets [2]
+  DeviceArray<unsigned int> block_counter_;  // [1]: dispatch last-block-done counter
+  DeviceArray<int32_t> error_flag_;          // device copy of the error code (ErrorSink::flag)
+  HostMapped<HostShared> host_;
+  Event notified_;   // after notify: num_recv is known
+  Event call_done_;  // after the op's latest call, on the stream it ran on
+  bool have_call_ = false;
+  uint64_t steps_ = 0;                        // collective steps so far, equal on every rank
+  bool combined_ = false;                     // the latest dispatch was combined
+  CallKind last_kind_ = CallKind::kDispatch;  // of the latest call queued
+  StepVerdict last_verdict_;                  // of the latest call queued
+};
+
+}  // namespace moe_ep::cuda_backend

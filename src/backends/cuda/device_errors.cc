@@ -1,0 +1,107 @@
+// Turns what the kernels reported (device_error.h) into the exception every rank raises, ranked
+// as docs/design.md#collective-calls-and-agreement says: calls out of step (InvalidUsage), then
+// this rank's own rejection, then a peer's (InvalidArgument, naming the rank, the argument and
+// the value); a timeout poisons the op. After an argument or usage error the op's queued work is
+// drained and the error state cleared, so the op stays usable.
+#include <atomic>
+#include <cstring>
+
+#include "backends/cuda/cuda_op.h"
+#include "moe_ep/config.h"
+
+namespace moe_ep::cuda_backend {
+namespace {
+
+const char* phase_name(int32_t phase) {
+  switch (phase) {
+    case kPhaseStep: return "step agreement";
+    case kPhaseNotify: return "dispatch/notify";
+    case kPhaseDispatchWait: return "dispatch/receive";
+    case kPhaseCombineWait: return "combine/receive";
+    case kPhaseCreate: return "create_op";
+  }
+  return "unknown phase";
+}
+
+}  // namespace
+
+std::string CudaOp::describe_record(const DeviceError& e) const {
+  switch (e.code) {
+    case kDevBadExpert:
+      return detail::concat("topk_idx[", e.token, "][", e.column, "]=", e.value,
+                            " is out of range: expert ids must be in [-1, ", config_.num_experts,
+                            ")");
+    case kDevDupExpert:
+      return detail::concat("topk_idx[", e.token, "] names expert ", e.value, " twice (slots ",
+                            e.expected, " and ", e.seen, "): each expert may appear once per ",
+                            "token (validation mode, MOE_EP_VALIDATE=1)");
+    case kDevNonfiniteX:
+      return detail::concat("x[", e.token, "][", e.column, "] is not finite (validation mode, ",
+                            "MOE_EP_VALIDATE=1)");
+    case kDevNonfiniteW:
+      return detail::concat("topk_weights[", e.token, "][", e.column, "] is not finite ",
+                            "(validation mode, MOE_EP_VALIDATE=1)");
+  }
+  return detail::concat("kernel reported error code ", e.code);
+}
+
+void CudaOp::raise_device_error(const char* call, const StepVerdict* mine) {
+  std::atomic_thread_fence(std::memory_order_acquire);
+  DeviceError e;
+  std::memcpy(&e, const_cast<const DeviceError*>(&host_.host()->error), sizeof(e));
+  const bool own_rejection = mine != nullptr && !mine->error.empty();
+  if (e.code == kDevOk && !own_rejection) return;
+  const std::string where = detail::concat(" (rank ", rank_, ", ", call, ")");
+  if (e.code == kDevTimeout) {
+    poison_and_throw(Timeout(detail::concat(
+        "timed out after ", Knobs::get().timeout_s, " s in ", phase_name(e.phase), ": rank ",
+        e.rank, " waited for rank ", e.peer, " (expected ", e.expected, ", saw ", e.seen,
+        "); the peer is dead or not calling the same op (MOE_EP_TIMEOUT_S)")));
+  }
+  const bool known = e.code == kDevOk || e.code == kDevStepFailed || e.code == kDevBadExpert ||
+                     e.code == kDevDupExpert || e.code == kDevNonfiniteX ||
+                     e.code == kDevNonfiniteW;
+  if (!known) {
+    poison_and_throw(
+        Internal(detail::concat("kernel reported unknown error code ", e.code, where)));
+  }
+  // An argument or usage error: the op stays usable. Let the call's queued kernels finish (they
+  // see the flag and move nothing), then clear the error state for the next call.
+  StepOutcome outcome;
+  try {
+    if (have_call_) MOE_EP_CUDA_CHECK(cudaEventSynchronize(call_done_.get()));
+    std::atomic_thread_fence(std::memory_order_acquire);
+    std::memcpy(&outcome, const_cast<const StepOutcome*>(&host_.host()->step), sizeof(outcome));
+    Stream clear;
+    MOE_EP_CUDA_CHECK(cudaMemsetAsync(error_flag_.get(), 0, sizeof(int32_t), clear.get()));
+    MOE_EP_CUDA_CHECK(cudaStreamSynchronize(clear.get()));
+  } catch (const CudaError& err) {
+    poison_and_throw(err);
+  }
+  std::memset(&host_.host()->error, 0, sizeof(DeviceError));
+  const StepVerdict verdict = mine != nullptr ? *mine : last_verdict_;
+  const bool step_failed = outcome.step == steps_ && outcome.status != kStepOk;
+  if (step_failed && verdict.kind == CallKind::kCombine) combined_ = false;
+  std::vector<RankVerdict> others;
+  if (step_failed) {
+    RankVerdict peer;
+    peer.rank = outcome.peer;
+    peer.verdict.kind = static_cast<CallKind>(StepInfo::kind(outcome.peer_info));
+    peer.verdict.call = StepInfo::call(outcome.peer_info);
+    if (outcome.status == kStepPeerRejected) {
+      const StepReason& r = outcome.reason;
+      peer.verdict.error =
+          r.has_record ? describe_record(r.record)
+                       : std::string(r.text, std::min<size_t>(r.text_bytes, sizeof(r.text)));
+      if (peer.verdict.error.empty()) peer.verdict.error = "(no reason given)";
+    }
+    others.push_back(peer);
+  }
+  StepVerdict settled = verdict;
+  const bool scan_rejected = e.code != kDevOk && e.code != kDevStepFailed;
+  if (scan_rejected && settled.error.empty()) settled.error = describe_record(e);
+  settle_step(rank_, settled, others);
+  // Nothing left to raise: a stale report of an earlier step.
+}
+
+}  // namespace moe_ep::cuda_backend

@@ -1,0 +1,54 @@
+// Launch policy of the CUDA backend for Hopper (sm_90), CUB style: every number a launcher uses
+// (threads per block, blocks per SM, unroll depth, slice size, default SM budget), worked out in
+// comments, in one struct per architecture. Launchers take them from `Policy`; the op logs them
+// at info level (describe_policy).
+#pragma once
+
+#include <string>
+
+namespace moe_ep::cuda_backend {
+
+struct Sm90Policy {
+  // Data kernels (dispatch, combine): 512 threads = 16 warps per block, a warp per row (or per
+  // slice of a row) at a time; a row of hidden 7168 bf16 is 14 KB, so 16 warps keep ~224 KB of
+  // loads in flight per SM.
+  static constexpr int kDataThreads = 512;
+  // Blocks per SM of budget: a data block is compiled for 2 per SM (__launch_bounds__(512, 2):
+  // at most 64 registers, 2 x 512 x 64 = the 64K-register file), so a budget of N SMs is 2N
+  // blocks and never more than N SMs' worth of registers and threads. Measured on 2 x H200
+  // (docs/perf-notes.md, v4 and v9): 2 blocks per SM beat 1 for mxfp4 dispatch (143 -> 116 us)
+  // and fp8 combine (194 -> 168 us).
+  static constexpr int kDataBlocksPerSm = 2;
+  // Chunks of 256 elements a warp loads before it encodes (4 x 16 bytes in flight per lane).
+  static constexpr int kUnroll = 4;
+  // Elements a warp moves per step: 32 lanes x 8 (one 16-byte bf16 vector each).
+  static constexpr int kElemsPerWarpStep = 32 * 8;
+  // A dispatch work item when tokens are few: one unrolled step of a row (1024 elements, whole
+  // fp8 and mxfp4 blocks). v10: slices took 128-token fp4 dispatch from 69 to 38 us.
+  static constexpr int kDispatchSliceElems = kElemsPerWarpStep * kUnroll;
+  // Notify: 1024 threads scan the tokens for one destination; two such blocks fit an SM.
+  static constexpr int kNotifyThreads = 1024;
+  static constexpr int kNotifyBlocksPerSm = 2;
+  // Validation scan: 256-thread blocks, 8 per SM (2048 threads).
+  static constexpr int kValidateThreads = 256;
+  static constexpr int kValidateBlocksPerSm = 8;
+  // Default SM budget of normal mode: DeepEP reserves 20-24 SMs for this work and Hybrid-EP
+  // 8-32; 32 of the H200's 132 leave 100 to the GEMMs and attention running beside it.
+  static constexpr int kDefaultNumSms = 32;
+  // Largest world the backend accepts: kernels keep a token's destinations in a 64-bit mask and
+  // every peer's base address in the parameter block (PeerTable).
+  static constexpr int kMaxPeers = 64;
+};
+
+using Policy = Sm90Policy;
+
+inline std::string describe_policy() {
+  return "sm_90 policy: data kernels " + std::to_string(Policy::kDataThreads) + " threads x " +
+         std::to_string(Policy::kDataBlocksPerSm) + " blocks per SM, unroll " +
+         std::to_string(Policy::kUnroll) + ", dispatch slice " +
+         std::to_string(Policy::kDispatchSliceElems) + " elements, notify " +
+         std::to_string(Policy::kNotifyThreads) + " threads, default budget " +
+         std::to_string(Policy::kDefaultNumSms) + " SMs";
+}
+
+}  // namespace moe_ep::cuda_backend

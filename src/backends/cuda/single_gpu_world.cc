@@ -1,0 +1,146 @@
+// The single-GPU test world (moe_ep/cuda.h, make_single_gpu_world): W ranks on one device, each
+// a communicator driven from its own thread and stream. Symmetric memory is plain device memory
+// of that device (every rank's kernels can store into any of it); publishing a buffer is a
+// bounded host barrier at which the ranks exchange base addresses. The control areas are made
+// by the world itself. Each rank's ops get floor(SMs / W) SMs at most, so that all ranks'
+// kernels are resident together, which their waits on each other need.
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <memory>
+#include <vector>
+
+#include "backends/cpu/barrier.h"
+#include "backends/cuda/cuda_check.h"
+#include "backends/cuda/cuda_comm.h"
+#include "backends/cuda/resources.h"
+#include "moe_ep/config.h"
+#include "moe_ep/cuda.h"
+
+namespace moe_ep {
+namespace cuda_backend {
+
+class SingleGpuCommunicator;
+
+namespace {
+
+struct WorldShared {
+  WorldShared(int world_size, double timeout_s)
+      : barrier(world_size, timeout_s), bases(world_size, nullptr) {}
+  cpu_backend::BoundedBarrier barrier;
+  std::vector<char*> bases;  // [W] the buffers being published
+};
+
+class PlainSymmetric : public SymmetricMemory {
+ public:
+  PlainSymmetric(int device, size_t bytes) : device_(device) {
+    DeviceGuard guard(device);
+    void* p = nullptr;
+    MOE_EP_CUDA_CHECK(cudaMalloc(&p, bytes));
+    local_ = static_cast<char*>(p);
+    bytes_ = bytes;
+    Stream stream;
+    MOE_EP_CUDA_CHECK(cudaMemsetAsync(local_, 0, bytes, stream.get()));
+    MOE_EP_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
+  }
+  ~PlainSymmetric() override {
+    if (abandoned_) return;  // a peer may still store into it
+    DeviceGuard guard(device_);
+    cudaFree(local_);
+  }
+  void abandon() override { abandoned_ = true; }
+  void set_peer(int rank, char* base) { peers_.base[rank] = base; }
+
+ private:
+  int device_;
+  bool abandoned_ = false;
+};
+
+uint64_t next_group_id() {
+  static std::atomic<uint64_t> next{1};
+  return (0x5167ull << 48) | next++;  // apart from NCCL groups' random ids
+}
+
+}  // namespace
+
+class SingleGpuCommunicator : public CudaComm {
+ public:
+  SingleGpuCommunicator(std::shared_ptr<WorldShared> world, int rank, int world_size, int device,
+                        int max_sms, uint64_t group_id, std::unique_ptr<SymmetricMemory> control)
+      : world_(std::move(world)),
+        rank_(rank),
+        size_(world_size),
+        device_(device),
+        max_sms_(max_sms),
+        group_id_(group_id),
+        control_(std::move(control)) {
+    ledger_.init(device, world_size);
+  }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  uint64_t group_id() const override { return group_id_; }
+  int device() const override { return device_; }
+  int max_sms() const override { return max_sms_; }
+  const SymmetricMemory& control() const override { return *control_; }
+
+  std::unique_ptr<SymmetricMemory> allocate(size_t bytes) override {
+    return std::make_unique<PlainSymmetric>(device_, bytes);
+  }
+
+  void publish(SymmetricMemory& memory) override {
+    world_->bases[rank_] = memory.local();
+    world_->barrier.arrive_and_wait(rank_, "single-GPU world/publish");
+    auto& plain = static_cast<PlainSymmetric&>(memory);
+    for (int r = 0; r < size_; ++r) plain.set_peer(r, world_->bases[r]);
+    // Nobody publishes the next buffer before every rank has read this one's addresses.
+    world_->barrier.arrive_and_wait(rank_, "single-GPU world/published");
+  }
+
+ private:
+  std::shared_ptr<WorldShared> world_;
+  int rank_;
+  int size_;
+  int device_;
+  int max_sms_;
+  uint64_t group_id_;
+  std::unique_ptr<SymmetricMemory> control_;
+};
+
+}  // namespace cuda_backend
+
+std::vector<std::shared_ptr<Communicator>> make_single_gpu_world(int world_size, int device,
+                                                                 double timeout_s) {
+  const int count = cuda_device_count();
+  MOE_EP_CHECK_ARG(device >= 0 && device < count, "device=", device,
+                   " is not a visible CUDA device (", count, " visible)");
+  MOE_EP_CHECK_ARG(world_size >= 1 && world_size <= cuda_backend::Policy::kMaxPeers,
+                   "make_single_gpu_world: world_size=", world_size, " must be in [1, ",
+                   cuda_backend::Policy::kMaxPeers, "]");
+  MOE_EP_CHECK_ARG(std::isfinite(timeout_s) && timeout_s >= 0 && timeout_s <= 1e9,
+                   "make_single_gpu_world: timeout_s=", timeout_s, " must be in [0, 1e9]");
+  int sms = 0;
+  MOE_EP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const int per_rank = sms / world_size;
+  MOE_EP_CHECK_ARG(per_rank >= 1, "make_single_gpu_world: world_size=", world_size,
+                   " ranks cannot all be resident on device ", device, " with ", sms,
+                   " SMs: each rank needs at least 1");
+  const double timeout = timeout_s > 0 ? timeout_s : Knobs::get().timeout_s;
+  auto shared = std::make_shared<cuda_backend::WorldShared>(world_size, timeout);
+  std::vector<std::unique_ptr<cuda_backend::PlainSymmetric>> controls;
+  for (int r = 0; r < world_size; ++r) {
+    controls.push_back(std::make_unique<cuda_backend::PlainSymmetric>(
+        device, cuda_backend::kControlBytesPerRank * world_size));
+  }
+  for (auto& control : controls) {
+    for (int r = 0; r < world_size; ++r) control->set_peer(r, controls[r]->local());
+  }
+  const uint64_t group_id = cuda_backend::next_group_id();
+  std::vector<std::shared_ptr<Communicator>> out;
+  for (int r = 0; r < world_size; ++r) {
+    out.push_back(std::make_shared<cuda_backend::SingleGpuCommunicator>(
+        shared, r, world_size, device, per_rank, group_id, std::move(controls[r])));
+  }
+  return out;
+}
+
+}  // namespace moe_ep

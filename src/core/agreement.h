@@ -1,0 +1,53 @@
+// What ranks agree on before anything moves (docs/design.md#collective-calls-and-agreement):
+// at the start of every collective step each rank states the identity of its call (kind and
+// number) and its verdict on its own arguments; settle_step turns every rank's statement into the
+// one outcome all ranks share. At creation they compare configurations field by field. Both
+// backends use these, so a given disagreement reads the same on CPU and CUDA.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "moe_ep/op.h"
+
+namespace moe_ep {
+
+// What one rank says at the start of a collective step.
+struct StepVerdict {
+  CallKind kind = CallKind::kDispatch;
+  uint64_t call = 0;  // dispatch #n is the op's n-th successful dispatch; combine #n combines it
+  std::string error;  // empty: this rank accepted its arguments; else why it rejected them
+};
+
+struct RankVerdict {
+  int rank = 0;
+  StepVerdict verdict;
+};
+
+// "dispatch #7".
+std::string describe_call(CallKind kind, uint64_t call);
+
+// Settles one step on `rank`, given its own verdict and the other ranks' (all of them, or at
+// least every one that differs from `mine`). Returns when every rank accepted the same call.
+// Otherwise throws, in this order of precedence:
+//   InvalidUsage    ranks are in different calls ("rank 0 is in dispatch #7, rank 1 in combine
+//                   #6"): nothing is paired, the op stays usable;
+//   InvalidArgument this rank rejected its arguments (its own message), or another rank did
+//                   ("dispatch aborted: rank 1 rejected its input: <its message>").
+void settle_step(int rank, const StepVerdict& mine, const std::vector<RankVerdict>& others);
+
+// The fields that identify a configuration across ranks, in a fixed order, as int64 values
+// (a fingerprint that fits device memory as well as host memory).
+inline constexpr int kNumConfigFields = 9;
+using ConfigValues = std::array<int64_t, kNumConfigFields>;
+ConfigValues config_values(const OpConfig& config, int world_size);
+const char* config_field_name(int field);
+
+// The first field in which rank_a's and rank_b's configurations differ, written
+// "hidden=4096 on rank 1, hidden=7168 on rank 0"; empty when they are equal.
+std::string first_config_difference(const ConfigValues& a, int rank_a, const ConfigValues& b,
+                                    int rank_b);
+
+}  // namespace moe_ep

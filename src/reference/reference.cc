@@ -1,0 +1,183 @@
+// Plain-loop reference of dispatch, the identity expert and combine. Per wire format F (a trait
+// of formats/codecs.h, chosen with formats::visit_format) rows are encoded with
+// formats::encode_row<F> and decoded element by element with formats::decode_elem<F>; routing,
+// ordering and the sums are written out here. Built with -ffp-contract=off (moe_ep_exact_math):
+// w * v + acc must stay a rounded product and a rounded sum, as in the kernels.
+#include "reference/reference.h"
+
+#include <algorithm>
+#include <string>
+
+#include "formats/codecs.h"
+#include "moe_ep/errors.h"
+
+namespace moe_ep::reference {
+namespace {
+
+// One row's scales of format F, copied out of raw bytes so that they are aligned for F::Scale.
+template <typename F>
+class RowScales {
+ public:
+  explicit RowScales(int64_t hidden)
+      : count_(formats::scales_of<F>(hidden)), scales_(std::max<int64_t>(count_, 1)) {}
+  int64_t bytes() const { return count_ * static_cast<int64_t>(sizeof(typename F::Scale)); }
+  typename F::Scale* data() { return scales_.data(); }
+  void load(const uint8_t* raw) {
+    if (count_ > 0) std::memcpy(scales_.data(), raw, bytes());
+  }
+
+ private:
+  int64_t count_;                          // H / block, 0 without scales
+  std::vector<typename F::Scale> scales_;  // [max(H / block, 1)]
+};
+
+template <typename F>
+DispatchOutputs dispatch_for(const Shape& s, const std::vector<RankInput>& inputs, int dest) {
+  const int experts_per_rank = s.experts / s.ranks;
+  const int first_expert = dest * experts_per_rank;  // dest owns [first, first + E / W)
+  const int64_t row_bytes = formats::payload_bytes_of<F>(s.hidden);
+  RowScales<F> scales(s.hidden);
+  const int64_t scale_row_bytes = scales.bytes();
+  std::vector<uint8_t> payload(row_bytes);  // one encoded row
+  auto owned = [&](int32_t e) { return e >= first_expert && e < first_expert + experts_per_rank; };
+
+  DispatchOutputs out;
+  out.recv_count_per_local_expert.assign(experts_per_rank, 0);
+  // Canonical order: source rank ascending, then source token ascending.
+  for (int src = 0; src < s.ranks; ++src) {
+    const RankInput& in = inputs[src];
+    for (int64_t t = 0; t < in.num_tokens; ++t) {
+      const int32_t* slots = in.topk_idx + t * s.topk;  // [K]
+      bool goes_here = false;
+      for (int k = 0; k < s.topk; ++k) goes_here = goes_here || owned(slots[k]);
+      if (!goes_here) continue;  // once per destination rank, however many experts it owns
+
+      if (in.x_payload != nullptr) {  // pre-quantized: the bytes travel as given
+        const uint8_t* row = in.x_payload + t * row_bytes;
+        std::copy(row, row + row_bytes, payload.begin());
+        if (scale_row_bytes > 0) scales.load(in.x_scales + t * scale_row_bytes);
+      } else {
+        formats::encode_row<F>(in.x + t * s.hidden, s.hidden, payload.data(), scales.data());
+      }
+      out.recv_x.insert(out.recv_x.end(), payload.begin(), payload.end());
+      const auto* scale_bytes = reinterpret_cast<const uint8_t*>(scales.data());
+      out.recv_x_scales.insert(out.recv_x_scales.end(), scale_bytes, scale_bytes + scale_row_bytes);
+
+      for (int k = 0; k < s.topk; ++k) {
+        const int32_t local = owned(slots[k]) ? slots[k] - first_expert : -1;
+        out.recv_topk_idx.push_back(local);
+        out.recv_topk_weights.push_back(in.topk_weights[t * s.topk + k]);
+        // Rows per local expert: a row counts once per distinct local expert it names.
+        bool repeated = false;
+        for (int j = 0; j < k; ++j) repeated = repeated || slots[j] == slots[k];
+        if (local >= 0 && !repeated) ++out.recv_count_per_local_expert[local];
+      }
+      out.recv_src_rank.push_back(src);
+      out.recv_src_token.push_back(static_cast<int32_t>(t));
+      ++out.num_recv;
+    }
+  }
+  return out;
+}
+
+template <typename F>
+std::vector<uint16_t> identity_expert_for(const Shape& s, const DispatchOutputs& recv) {
+  const int64_t row_bytes = formats::payload_bytes_of<F>(s.hidden);
+  RowScales<F> scales(s.hidden);
+  const int64_t scale_row_bytes = scales.bytes();
+  const int64_t rows = recv.num_recv;
+  // Outputs shorter than num_recv rows would make the loops below read past them.
+  if (static_cast<int64_t>(recv.recv_x.size()) < rows * row_bytes ||
+      static_cast<int64_t>(recv.recv_x_scales.size()) < rows * scale_row_bytes ||
+      static_cast<int64_t>(recv.recv_topk_idx.size()) < rows * s.topk ||
+      static_cast<int64_t>(recv.recv_topk_weights.size()) < rows * s.topk) {
+    throw Internal("reference::identity_expert: fewer than num_recv=" + std::to_string(rows) +
+                   " rows in recv_x, recv_x_scales, recv_topk_idx or recv_topk_weights");
+  }
+  std::vector<uint16_t> y(rows * s.hidden);  // [R, H] bf16 bits
+  for (int64_t i = 0; i < rows; ++i) {
+    const uint8_t* payload = recv.recv_x.data() + i * row_bytes;
+    scales.load(recv.recv_x_scales.data() + i * scale_row_bytes);
+    const int32_t* idx = recv.recv_topk_idx.data() + i * s.topk;  // [K]
+    const float* w = recv.recv_topk_weights.data() + i * s.topk;  // [K]
+    for (int64_t c = 0; c < s.hidden; ++c) {
+      const float v = formats::decode_elem<F>(payload, scales.data(), c);
+      float acc = 0.0f;
+      for (int k = 0; k < s.topk; ++k) {
+        if (idx[k] < 0) continue;
+        const float p = w[k] * v;
+        acc = acc + p;
+      }
+      y[i * s.hidden + c] = formats::float_to_bf16(acc);
+    }
+  }
+  return y;
+}
+
+template <typename F>
+std::vector<uint16_t> combine_for(const Shape& s, const std::vector<DispatchOutputs>& recv,
+                                  const std::vector<std::vector<uint16_t>>& y, int src,
+                                  int64_t num_tokens) {
+  std::vector<uint8_t> payload(formats::payload_bytes_of<F>(s.hidden));  // one encoded row
+  RowScales<F> scales(s.hidden);
+  std::vector<float> acc(num_tokens * s.hidden, 0.0f);  // [T, H] fp32 sums
+  // Ranks ascending: a token has at most one row on each rank, so the sum of a token runs over
+  // the ranks that hold it in ascending order.
+  for (int r = 0; r < s.ranks; ++r) {
+    for (int64_t i = 0; i < recv[r].num_recv; ++i) {
+      if (recv[r].recv_src_rank[i] != src) continue;
+      const int64_t t = recv[r].recv_src_token[i];
+      if (t < 0 || t >= num_tokens) {
+        throw Internal("reference::combine: row " + std::to_string(i) + " of rank " +
+                       std::to_string(r) + " names token " + std::to_string(t) + " of rank " +
+                       std::to_string(src) + ", which has " + std::to_string(num_tokens));
+      }
+      formats::encode_row<F>(y[r].data() + i * s.hidden, s.hidden, payload.data(), scales.data());
+      for (int64_t c = 0; c < s.hidden; ++c) {
+        const float v = formats::decode_elem<F>(payload.data(), scales.data(), c);
+        acc[t * s.hidden + c] = acc[t * s.hidden + c] + v;
+      }
+    }
+  }
+  std::vector<uint16_t> out(num_tokens * s.hidden);  // [T, H] bf16 bits
+  for (size_t i = 0; i < out.size(); ++i) out[i] = formats::float_to_bf16(acc[i]);
+  return out;
+}
+
+}  // namespace
+
+DispatchOutputs dispatch(const Shape& shape, DispatchDtype dtype,
+                         const std::vector<RankInput>& inputs, int dest) {
+  return formats::visit_format(
+      dtype, [&](auto format) { return dispatch_for<decltype(format)>(shape, inputs, dest); });
+}
+
+std::vector<uint16_t> identity_expert(const Shape& shape, DispatchDtype dtype,
+                                      const DispatchOutputs& recv) {
+  return formats::visit_format(
+      dtype, [&](auto format) { return identity_expert_for<decltype(format)>(shape, recv); });
+}
+
+std::vector<uint16_t> combine(const Shape& shape, CombineDtype dtype,
+                              const std::vector<DispatchOutputs>& recv,
+                              const std::vector<std::vector<uint16_t>>& y, int src,
+                              int64_t num_tokens) {
+  return formats::visit_format(dtype, [&](auto format) {
+    return combine_for<decltype(format)>(shape, recv, y, src, num_tokens);
+  });
+}
+
+DispatchOutputs copy_outputs(const DispatchResult& result, const CopyBytes& copy) {
+  DispatchOutputs out;
+  out.num_recv = result.num_recv;
+  out.recv_x = copy_view<uint8_t>(result.recv_x, copy);
+  out.recv_x_scales = copy_view<uint8_t>(result.recv_x_scales, copy);
+  out.recv_topk_idx = copy_view<int32_t>(result.recv_topk_idx, copy);
+  out.recv_topk_weights = copy_view<float>(result.recv_topk_weights, copy);
+  out.recv_src_rank = copy_view<int32_t>(result.recv_src_rank, copy);
+  out.recv_src_token = copy_view<int32_t>(result.recv_src_token, copy);
+  out.recv_count_per_local_expert = copy_view<int32_t>(result.recv_count_per_local_expert, copy);
+  return out;
+}
+
+}  // namespace moe_ep::reference

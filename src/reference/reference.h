@@ -1,0 +1,94 @@
+// The one plain-loop reference of dispatch -> identity expert -> combine that the gtests and
+// `moe-ep bench --check` compare the library with, bit for bit. It shares only the wire codecs
+// (formats/codecs.h: encode_row, decode_elem and the facts of each format) with the library;
+// routing, the canonical row order, the identity expert and the combine sum are written out here
+// again in plain loops over ranks, tokens and slots (docs/design.md: Dispatch, Combine,
+// Determinism and bit-exactness), so a bug in src/core or a backend cannot hide by being
+// repeated in the expectation. Its functions take plain host arrays and structs. The header also
+// holds copy_outputs, which copies what an op's dispatch returned into the same owned struct, so
+// that both sides are compared field by field.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <vector>
+
+#include "moe_ep/dtypes.h"
+#include "moe_ep/op.h"
+#include "moe_ep/tensor.h"
+
+namespace moe_ep::reference {
+
+struct Shape {
+  int ranks = 1;    // W
+  int hidden = 0;   // H
+  int experts = 1;  // E, a multiple of W; rank r owns experts [r * E / W, (r + 1) * E / W)
+  int topk = 1;     // K
+};
+
+// One source rank's inputs as host arrays. x holds bf16 rows; pre-quantized input instead sets
+// x_payload (and x_scales when the dispatch dtype has scales), rows of the dispatch dtype's wire
+// format that dispatch forwards unchanged.
+struct RankInput {
+  int64_t num_tokens = 0;               // T
+  const uint16_t* x = nullptr;          // [T, H] bf16 bits; unused when x_payload is set
+  const uint8_t* x_payload = nullptr;   // [T, payload bytes per row] pre-quantized, or null
+  const uint8_t* x_scales = nullptr;    // [T, scale bytes per row] their scales (raw bytes)
+  const int32_t* topk_idx = nullptr;    // [T, K] global expert id, -1 = masked slot
+  const float* topk_weights = nullptr;  // [T, K]
+};
+
+// Everything dispatch returns on one rank, as owned host arrays (R = num_recv rows).
+struct DispatchOutputs {
+  int64_t num_recv = 0;                              // R
+  std::vector<uint8_t> recv_x;                       // [R, payload bytes per row]
+  std::vector<uint8_t> recv_x_scales;                // [R, scale bytes per row] raw bytes
+  std::vector<int32_t> recv_topk_idx;                // [R, K] local expert id or -1
+  std::vector<float> recv_topk_weights;              // [R, K]
+  std::vector<int32_t> recv_src_rank;                // [R]
+  std::vector<int32_t> recv_src_token;               // [R]
+  std::vector<int32_t> recv_count_per_local_expert;  // [E / W]
+};
+
+// What rank `dest` must receive from the inputs of all ranks (inputs[s] is rank s's): a token
+// once if any unmasked slot names one of dest's experts, rows by source rank ascending, then
+// source token ascending; its slots as local expert ids (-1 for other ranks' experts and masked
+// slots) with all K weights; per local expert the number of rows that name it.
+DispatchOutputs dispatch(const Shape& shape, DispatchDtype dtype,
+                         const std::vector<RankInput>& inputs, int dest);
+
+// The identity expert on one rank's received rows: y[i] = bf16(sum over slots k ascending with
+// recv_topk_idx[i][k] >= 0 of w_k * decode(recv_x[i])), in fp32 from 0.0f, product then add (no
+// FMA). Returns [R, H] bf16 bits. Throws moe_ep::Internal when `recv` holds fewer than num_recv
+// rows in recv_x, recv_x_scales or the top-k arrays.
+std::vector<uint16_t> identity_expert(const Shape& shape, DispatchDtype dtype,
+                                      const DispatchOutputs& recv);
+
+// What combine must return on source rank `src` ([T, H] bf16 bits, T = num_tokens), given every
+// rank's received rows recv[r] and expert output y[r] ([R_r, H] bf16 bits): out[t] =
+// bf16(sum over ranks r ascending that hold a row from (src, t) of decode(encode(y_r[row])))
+// in fp32 from 0.0f, rounded once; zeros for a token no rank holds.
+std::vector<uint16_t> combine(const Shape& shape, CombineDtype dtype,
+                              const std::vector<DispatchOutputs>& recv,
+                              const std::vector<std::vector<uint16_t>>& y, int src,
+                              int64_t num_tokens);
+
+// Copies `n` bytes from a view's memory to the host: memcpy for host memory (host_copy); the
+// GPU tests and the bench pass a device-to-host copy.
+using CopyBytes = std::function<void(void* dst, const void* src, size_t n)>;
+inline void host_copy(void* dst, const void* src, size_t n) { std::memcpy(dst, src, n); }
+
+// The whole of a view (empty when undefined) as host elements of T.
+template <typename T>
+std::vector<T> copy_view(const TensorView& v, const CopyBytes& copy = host_copy) {
+  std::vector<T> out(v.defined() ? (v.nbytes() + sizeof(T) - 1) / sizeof(T) : 0);
+  if (!out.empty()) copy(out.data(), v.data, static_cast<size_t>(v.nbytes()));
+  return out;
+}
+
+// Every output of one rank's dispatch, copied into owned memory (each view whole).
+DispatchOutputs copy_outputs(const DispatchResult& result, const CopyBytes& copy = host_copy);
+
+}  // namespace moe_ep::reference

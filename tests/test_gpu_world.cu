@@ -1,0 +1,293 @@
+// The CUDA backend on W ranks of ONE GPU (make_single_gpu_world; label gpu, skipped without a
+// GPU). The unchanged kernels and protocol run between the ranks; these tests check the
+// protocol, never link speed. Every output of all 9 dtype pairs at W = 2, 4 and 8 is compared bit
+// for bit with the reference, two rounds per op; pre-quantized input; calls of one op moving
+// between streams; two ops interleaved on two streams; and dispatch + combine finishing while
+// every SM outside their budget is held by a long kernel on another stream.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+
+#include "testing/gpu_world.h"
+
+namespace moe_ep {
+namespace {
+
+using testing::check_round;
+using testing::DtypePair;
+using testing::InputSpec;
+using testing::make_inputs;
+using testing::RankInput;
+using testing::RoundResult;
+using testing::TestStream;
+
+// A shape that exercises everything in little time: 8 experts per rank, top-4, hidden 2048
+// (16 fp8 blocks, 64 mxfp4 blocks per row), up to 48 tokens per rank.
+OpConfig world_config(int world_size, DtypePair pair) {
+  OpConfig c;
+  c.num_experts = 8 * world_size;
+  c.hidden = 2048;
+  c.topk = 4;
+  c.max_tokens_per_rank = 48;
+  c.dispatch_dtype = pair.dispatch;
+  c.combine_dtype = pair.combine;
+  return c;
+}
+
+// Rank 0 sends a full batch, rank 1 none, the others part; no slot names the last rank's
+// experts, so it receives nothing; 20% of slots masked.
+std::vector<RankInput> world_inputs(const OpConfig& c, int world_size, uint64_t salt,
+                                    bool prequantized = false) {
+  InputSpec spec;
+  spec.world_size = world_size;
+  spec.config = c;
+  spec.mask_prob = 0.2;
+  spec.exclude_dest = world_size - 1;
+  spec.prequantized = prequantized;
+  std::vector<int64_t> tokens(world_size);
+  for (int r = 0; r < world_size; ++r) {
+    tokens[r] = r == 0 ? c.max_tokens_per_rank : r == 1 ? 0 : 7 + 9 * r % c.max_tokens_per_rank;
+  }
+  return make_inputs(spec, testing::test_seed() + salt, tokens);
+}
+
+// Two rounds on one op per rank, each rank on its own thread and stream; checked exactly.
+void run_and_check(int world_size, const OpConfig& c, bool prequantized = false) {
+  auto comms = make_single_gpu_world(world_size);
+  std::vector<RoundResult> rounds = testing::make_round_results(
+      world_size,
+      {world_inputs(c, world_size, 1, prequantized), world_inputs(c, world_size, 2, prequantized)});
+  testing::run_world(comms, [&](int rank, const std::shared_ptr<Communicator>& comm) {
+    auto op = create_op(comm, c);
+    TestStream stream;
+    for (RoundResult& res : rounds) {
+      testing::gpu_round(*op, rank, world_size, res, {stream.s, stream.s});
+    }
+  });
+  for (size_t i = 0; i < rounds.size(); ++i) {
+    SCOPED_TRACE("round " + std::to_string(i + 1));
+    check_round(c, world_size, rounds[i], i + 1);
+  }
+}
+
+class SingleGpuWorld : public ::testing::TestWithParam<int> {
+ protected:
+  void SetUp() override {
+    if (!testing::have_gpu()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
+  }
+};
+
+TEST_P(SingleGpuWorld, AllDtypePairsEqualTheReference) {
+  const int world_size = GetParam();
+  for (const DtypePair& pair : testing::all_pairs()) {
+    SCOPED_TRACE(testing::pair_name(pair) + " at W=" + std::to_string(world_size));
+    run_and_check(world_size, world_config(world_size, pair));
+  }
+}
+
+TEST_P(SingleGpuWorld, PrequantizedInputEqualsTheReference) {
+  const int world_size = GetParam();
+  for (DispatchDtype d : {DispatchDtype::fp8, DispatchDtype::fp4}) {
+    SCOPED_TRACE(short_name(d));
+    run_and_check(world_size, world_config(world_size, {d, CombineDtype::fp8}), true);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, SingleGpuWorld, ::testing::Values(2, 4, 8),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return "W" + std::to_string(info.param);
+                         });
+
+TEST(SingleGpuWorldLimits, BudgetsFitTheGpuOrTheWorldSaysSo) {
+  if (!testing::have_gpu()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
+  int sms = 0;
+  MOE_EP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  // 8 ranks of an H200's 132 SMs get 16 each: an explicit 17 is refused on every rank.
+  auto comms = make_single_gpu_world(8);
+  OpConfig c = world_config(8, {DispatchDtype::bf16, CombineDtype::bf16});
+  c.num_sms = sms / 8 + 1;
+  const auto outcomes = testing::run_world_outcomes(
+      comms, [&](int, const std::shared_ptr<Communicator>& comm) { create_op(comm, c); });
+  for (size_t r = 0; r < outcomes.size(); ++r) {
+    testing::expect_error(outcomes[r], ErrorCode::kInvalidArgument,
+                          {"num_sms=" + std::to_string(sms / 8 + 1),
+                           "exceeds the " + std::to_string(sms / 8) + " SMs one op"},
+                          static_cast<int>(r));
+  }
+  testing::expect_error(testing::outcome_of([&] { make_single_gpu_world(65); }),
+                        ErrorCode::kInvalidArgument, {"world_size=65 must be in [1, 64]"});
+}
+
+TEST(SingleGpuWorldStreams, CallsMoveBetweenStreams) {
+  if (!testing::have_gpu()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
+  // Dispatch n+1 is queued on another stream than combine n; the op orders its buffer reuse.
+  const int world_size = 2;
+  const OpConfig c = world_config(world_size, {DispatchDtype::fp8, CombineDtype::fp8});
+  auto comms = make_single_gpu_world(world_size);
+  std::vector<std::vector<RankInput>> inputs;
+  for (int i = 0; i < 4; ++i) inputs.push_back(world_inputs(c, world_size, 10 + i));
+  std::vector<RoundResult> rounds = testing::make_round_results(world_size, inputs);
+  testing::run_world(comms, [&](int rank, const std::shared_ptr<Communicator>& comm) {
+    auto op = create_op(comm, c);
+    TestStream a, b, d;
+    const testing::RoundStreams plan[] = {{a.s, b.s}, {d.s, a.s}, {b.s, d.s}, {a.s, a.s}};
+    for (size_t i = 0; i < rounds.size(); ++i) {
+      testing::gpu_round(*op, rank, world_size, rounds[i], plan[i]);
+    }
+  });
+  for (size_t i = 0; i < rounds.size(); ++i) {
+    SCOPED_TRACE("round " + std::to_string(i + 1));
+    check_round(c, world_size, rounds[i], i + 1);
+  }
+}
+
+TEST(SingleGpuWorldStreams, TwoOpsInterleavedOnTwoStreams) {
+  if (!testing::have_gpu()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
+  // Two micro-batches: ops with instance_id 0 and 1, each dispatched on its own stream before
+  // either is combined, then both combines in flight at once.
+  const int world_size = 2;
+  OpConfig c0 = world_config(world_size, {DispatchDtype::fp4, CombineDtype::bf16});
+  c0.num_sms = 16;
+  OpConfig c1 = c0;
+  c1.instance_id = 1;
+  c1.dispatch_dtype = DispatchDtype::bf16;
+  c1.combine_dtype = CombineDtype::fp8;
+  auto comms = make_single_gpu_world(world_size);
+  std::vector<RoundResult> r0 =
+      testing::make_round_results(world_size, {world_inputs(c0, world_size, 21)});
+  std::vector<RoundResult> r1 =
+      testing::make_round_results(world_size, {world_inputs(c1, world_size, 22)});
+  testing::run_world(comms, [&](int rank, const std::shared_ptr<Communicator>& comm) {
+    auto op0 = create_op(comm, c0);
+    auto op1 = create_op(comm, c1);
+    TestStream s0, s1;
+    struct Leg {
+      Op* op;
+      RoundResult* res;
+      cudaStream_t stream;
+      const OpConfig* c;
+      testing::DeviceInput input;
+      DispatchResult d;
+      testing::DeviceBuffer y, out;
+    };
+    Leg legs[2] = {{op0.get(), &r0[0], s0.s, &c0, {r0[0].inputs[rank], 0}, {}, {}, {}},
+                   {op1.get(), &r1[0], s1.s, &c1, {r1[0].inputs[rank], 0}, {}, {}, {}}};
+    for (Leg& leg : legs) {
+      DispatchArgs args = leg.input.view;
+      args.stream = leg.stream;
+      leg.d = leg.op->dispatch(args);
+    }
+    for (Leg& leg : legs) {
+      MOE_EP_CUDA_CHECK(cudaStreamSynchronize(leg.stream));
+      leg.res->received[rank] = testing::download_outputs(leg.d);
+      leg.res->handles[rank] = leg.d.handle;
+      leg.res->op_uids[rank] = leg.op->uid();
+      leg.y = testing::DeviceBuffer::copy_of(
+          testing::identity_expert(leg.res->received[rank], *leg.c, world_size));
+      const int64_t t = leg.res->inputs[rank].num_tokens;
+      leg.out = testing::DeviceBuffer::copy_of(std::vector<uint16_t>(t * leg.c->hidden, 0xffff));
+    }
+    for (Leg& leg : legs) {
+      const int64_t t = leg.res->inputs[rank].num_tokens;
+      leg.op->combine(leg.d.handle,
+                      TensorView::matrix(leg.y.ptr.get(), ScalarType::kBFloat16, leg.d.num_recv,
+                                         leg.c->hidden, DeviceType::kCuda, 0),
+                      TensorView::matrix(leg.out.ptr.get(), ScalarType::kBFloat16, t, leg.c->hidden,
+                                         DeviceType::kCuda, 0),
+                      leg.stream);
+    }
+    for (Leg& leg : legs) {
+      leg.op->synchronize(leg.stream);
+      const int64_t t = leg.res->inputs[rank].num_tokens;
+      leg.res->out[rank].assign(t * leg.c->hidden, 0);
+      if (t > 0) {
+        testing::device_to_host(leg.res->out[rank].data(), leg.out.ptr.get(),
+                                t * leg.c->hidden * 2);
+      }
+    }
+  });
+  check_round(c0, world_size, r0[0]);
+  check_round(c1, world_size, r1[0]);
+}
+
+// Holds one SM per block (1024 threads and all of the SM's shared memory) until the deadline.
+__global__ void hold_sms_kernel(uint64_t until_ns) {
+  extern __shared__ char hold[];
+  uint64_t now = 0;
+  do {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    if (threadIdx.x == 0) hold[0] = static_cast<char>(now);
+  } while (now < until_ns);
+}
+
+__global__ void read_globaltimer_kernel(uint64_t* out) {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  *out = t;
+}
+
+uint64_t gpu_time_ns() {
+  testing::DeviceBuffer d = testing::DeviceBuffer::of_bytes(sizeof(uint64_t));
+  read_globaltimer_kernel<<<1, 1>>>(static_cast<uint64_t*>(d.ptr.get()));
+  uint64_t t = 0;
+  testing::device_to_host(&t, d.ptr.get(), sizeof(t));
+  return t;
+}
+
+TEST(SingleGpuWorldBusy, FinishesWhileEverySmOutsideTheBudgetIsBusy) {
+  if (!testing::have_gpu()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
+  // Two ranks of 16 SMs each; a kernel on another stream holds every other SM for 6 s. Three
+  // rounds of dispatch + combine must finish long before it does, with exact outputs.
+  const int world_size = 2;
+  const int budget = 16;
+  const double hold_s = 6.0;
+  OpConfig c = world_config(world_size, {DispatchDtype::fp8, CombineDtype::fp8});
+  c.max_tokens_per_rank = 512;
+  c.num_sms = budget;
+  int sms = 0, smem = 0;
+  MOE_EP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  MOE_EP_CUDA_CHECK(cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
+  MOE_EP_CUDA_CHECK(
+      cudaFuncSetAttribute(hold_sms_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  auto comms = make_single_gpu_world(world_size);
+  std::vector<RoundResult> rounds;
+  for (int i = 0; i < 3; ++i) {
+    InputSpec spec;
+    spec.world_size = world_size;
+    spec.config = c;
+    rounds.push_back(testing::make_round_results(
+        world_size, {make_inputs(spec, testing::test_seed() + 30 + i, {512, 384})})[0]);
+  }
+  // Ops are created first: creation is not what this measures.
+  std::vector<std::shared_ptr<Op>> ops(world_size);
+  testing::run_world(comms, [&](int rank, const std::shared_ptr<Communicator>& comm) {
+    ops[rank] = create_op(comm, c);
+  });
+  TestStream busy;
+  const int held = sms - world_size * budget;
+  hold_sms_kernel<<<held, 1024, smem, busy.s>>>(gpu_time_ns() +
+                                                static_cast<uint64_t>(hold_s * 1e9));
+  MOE_EP_CUDA_CHECK(cudaGetLastError());
+  const auto start = std::chrono::steady_clock::now();
+  testing::run_world(comms, [&](int rank, const std::shared_ptr<Communicator>&) {
+    TestStream stream;
+    for (RoundResult& res : rounds)
+      testing::gpu_round(*ops[rank], rank, world_size, res, {stream.s, stream.s});
+  });
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const cudaError_t still_busy = cudaStreamQuery(busy.s);
+  std::printf("busy GPU: %d of %d SMs held for %.1f s; 3 rounds on the other %d SMs took %.3f s\n",
+              held, sms, hold_s, world_size * budget, seconds);
+  EXPECT_EQ(still_busy, cudaErrorNotReady) << "the holding kernel ended before the rounds did";
+  EXPECT_LT(seconds, hold_s / 3) << "dispatch and combine waited for the busy SMs";
+  MOE_EP_CUDA_CHECK(cudaStreamSynchronize(busy.s));
+  for (size_t i = 0; i < rounds.size(); ++i) {
+    SCOPED_TRACE("round " + std::to_string(i + 1));
+    check_round(c, world_size, rounds[i], i + 1);
+  }
+}
+
+}  // namespace
+}  // namespace moe_ep

@@ -1,0 +1,102 @@
+// Helpers of the GPU tests that run W ranks on one GPU (make_single_gpu_world): a runner with
+// one thread and one stream per rank, and one round of dispatch -> identity expert (the
+// reference's, on the downloaded rows) -> combine on a rank's op, with device buffers for y and
+// out and every output downloaded for the comparison of testing/harness.h. Compiled only with
+// the CUDA backend.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "testing/gpu.h"
+#include "testing/harness.h"
+
+namespace moe_ep::testing {
+
+// True when a GPU is visible; GPU tests skip (visibly) otherwise.
+inline bool have_gpu() { return cuda_device_count() > 0; }
+
+// A stream of the current device that destroys itself.
+struct TestStream {
+  cudaStream_t s = nullptr;
+  TestStream() { MOE_EP_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
+  ~TestStream() { cudaStreamDestroy(s); }
+  TestStream(const TestStream&) = delete;
+  TestStream& operator=(const TestStream&) = delete;
+};
+
+// Runs fn(rank, comm) for every communicator on its own thread (device 0) and returns what
+// each rank threw.
+inline std::vector<RankOutcome> run_world_outcomes(
+    const std::vector<std::shared_ptr<Communicator>>& comms,
+    const std::function<void(int, const std::shared_ptr<Communicator>&)>& fn) {
+  std::vector<RankOutcome> outcomes(comms.size());
+  std::vector<std::thread> threads;
+  for (size_t r = 0; r < comms.size(); ++r) {
+    threads.emplace_back([&, r] {
+      RankOutcome& o = outcomes[r];
+      try {
+        MOE_EP_CUDA_CHECK(cudaSetDevice(0));
+        fn(static_cast<int>(r), comms[r]);
+      } catch (const Error& e) {
+        o = {true, e.code(), e.what(), true};
+      } catch (const std::exception& e) {
+        o = {true, ErrorCode::kInternal, e.what(), false};
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return outcomes;
+}
+
+// Like run_world_outcomes; every exception is a test failure naming its rank.
+inline void run_world(const std::vector<std::shared_ptr<Communicator>>& comms,
+                      const std::function<void(int, const std::shared_ptr<Communicator>&)>& fn) {
+  const std::vector<RankOutcome> outcomes = run_world_outcomes(comms, fn);
+  for (size_t r = 0; r < outcomes.size(); ++r) {
+    if (outcomes[r].threw) ADD_FAILURE() << "rank " << r << " threw: " << outcomes[r].message;
+  }
+}
+
+// Streams for one round: dispatch on `dispatch`, combine on `combine` (may differ).
+struct RoundStreams {
+  cudaStream_t dispatch = nullptr;
+  cudaStream_t combine = nullptr;
+};
+
+// One round on rank `rank`'s op; fills res.received/handles/op_uids/out[rank].
+inline void gpu_round(Op& op, int rank, int world_size, RoundResult& res, RoundStreams streams) {
+  const OpConfig& c = op.config();
+  const RankInput& in = res.inputs[rank];
+  DeviceInput input(in, 0);
+  DispatchArgs args = input.view;
+  args.stream = streams.dispatch;
+  const DispatchResult d = op.dispatch(args);
+  MOE_EP_CUDA_CHECK(cudaStreamSynchronize(streams.dispatch));
+  res.received[rank] = download_outputs(d);
+  res.handles[rank] = d.handle;
+  res.op_uids[rank] = op.uid();
+  const std::vector<uint16_t> y = identity_expert(res.received[rank], c, world_size);
+  DeviceBuffer y_dev = DeviceBuffer::copy_of(y);
+  // Poison the output with 0xffff (a NaN) so that untouched rows are caught.
+  DeviceBuffer out_dev =
+      DeviceBuffer::copy_of(std::vector<uint16_t>(in.num_tokens * c.hidden, 0xffff));
+  op.combine(d.handle,
+             TensorView::matrix(y_dev.ptr.get(), ScalarType::kBFloat16, d.num_recv, c.hidden,
+                                DeviceType::kCuda, 0),
+             TensorView::matrix(out_dev.ptr.get(), ScalarType::kBFloat16, in.num_tokens, c.hidden,
+                                DeviceType::kCuda, 0),
+             streams.combine);
+  op.synchronize(streams.combine);
+  res.out[rank].assign(in.num_tokens * c.hidden, 0);
+  if (!res.out[rank].empty()) {
+    device_to_host(res.out[rank].data(), out_dev.ptr.get(), res.out[rank].size() * 2);
+  }
+}
+
+}  // namespace moe_ep::testing
