@@ -10,6 +10,7 @@ MOE_EP_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # The scripts' own MOE_EP_* settings stay shell variables but are not passed on: the library
 # warns about every MOE_EP_* variable it does not know, and tests may inspect the environment.
 export -n MOE_EP_JOBS MOE_EP_BUILD_DIR MOE_EP_NO_INSTALL MOE_EP_CTEST_ARGS MOE_EP_CUDA_ARCH MOE_EP_PYTHON \
+  MOE_EP_GPU_CTEST_ARGS MOE_EP_GPU_TEST_TIMEOUT \
   2>/dev/null || true
 MOE_EP_SCRIPT="${MOE_EP_SCRIPT:-$(basename "$0")}"
 

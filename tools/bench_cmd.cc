@@ -2,6 +2,7 @@
 // rank starts) -> inputs -> run pair by pair, printing each row as it finishes -> footer and
 // JSON. Exit 0 when every checked element matched, 1 when any differs.
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <charconv>
 #include <iostream>
 
@@ -117,6 +118,21 @@ CommandFn add_bench_command(CLI::App& app) {
   cmd->add_option("--baseline", o.baseline,
                   "none|nccl; nccl also times an NCCL all-to-allv moving the same bytes per peer "
                   "as each leg (cuda only; default none)");
+  cmd->add_option_function<std::string>(
+         "--num-sms",
+         [&o](const std::string& v) {
+           o.num_sms.clear();
+           size_t start = 0;
+           while (start <= v.size()) {
+             const size_t comma = std::min(v.find(',', start), v.size());
+             o.num_sms.push_back(parse_number<int>("--num-sms", v.substr(start, comma - start),
+                                                   "a comma-separated list of integers"));
+             start = comma + 1;
+           }
+         },
+         "SM budgets, e.g. 8,16,32: every pair runs once per budget (OpConfig::num_sms; "
+         "default: the op's default, MOE_EP_NUM_SMS or 32)")
+      ->type_name("LIST");
   add_double(cmd, "--x-std", o.x_std,
              "standard deviation of the gaussian x (default 0.02, activation-sized; "
              "docs/bench.md says why)");

@@ -4,8 +4,10 @@
 #include "bench_options.h"
 
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 
 #include "bench_backend.h"
@@ -103,6 +105,7 @@ OpConfig op_config(const BenchPlan& plan, const DtypePair& pair) {
   config.max_tokens_per_rank = plan.max_tokens;
   config.dispatch_dtype = pair.dispatch;
   config.combine_dtype = pair.combine;
+  config.num_sms = pair.num_sms;
   return config;
 }
 
@@ -156,7 +159,7 @@ BenchPlan plan_bench(const BenchOptions& o) {
   if (one_dispatch) dispatch_list = {*one_dispatch};
   if (one_combine) combine_list = {*one_combine};
   for (DispatchDtype d : dispatch_list) {
-    for (CombineDtype c : combine_list) plan.pairs.push_back({d, c});
+    for (CombineDtype c : combine_list) plan.pairs.push_back({d, c, 0});
   }
 
   // Shape: flags over the backend's defaults.
@@ -195,6 +198,19 @@ BenchPlan plan_bench(const BenchOptions& o) {
     bad_argument("--x-std", fmt::format("{:g}", o.x_std),
                  "the standard deviation of x must be in (0, 1e37]");
   }
+  // --num-sms: every pair once per budget, budgets outermost.
+  if (!o.num_sms.empty()) {
+    plan.sms_column = true;
+    std::vector<DtypePair> runs;
+    for (int sms : o.num_sms) {
+      check_at_least("--num-sms", sms, 1, "SMs");
+      for (DtypePair pair : plan.pairs) {
+        pair.num_sms = sms;
+        runs.push_back(pair);
+      }
+    }
+    plan.pairs = std::move(runs);
+  }
   for (const DtypePair& pair : plan.pairs) {
     try {
       check_config(op_config(plan, pair), s.ranks);
@@ -207,8 +223,16 @@ BenchPlan plan_bench(const BenchOptions& o) {
                  "tokens=" + std::to_string(s.tokens) + " is above --max-tokens=" +
                      std::to_string(plan.max_tokens) + " (max_tokens_per_rank)");
   }
-  if (!plan.json_path.empty() && !std::ofstream(plan.json_path, std::ios::app)) {
-    bad_argument("--json", plan.json_path, "cannot open the file for writing");
+  // Writable, without creating the file: a run that fails writes nothing.
+  if (!plan.json_path.empty()) {
+    const std::filesystem::path path(plan.json_path);
+    const std::filesystem::path dir =
+        path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
+    const bool exists = std::filesystem::exists(path);
+    if (exists ? access(plan.json_path.c_str(), W_OK) != 0
+               : access(dir.c_str(), W_OK | X_OK) != 0) {
+      bad_argument("--json", plan.json_path, "cannot open the file for writing");
+    }
   }
   return plan;
 }

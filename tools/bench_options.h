@@ -27,11 +27,14 @@ struct BenchOptions {
   double masked_fraction = 0.0;
   double x_std = 0.02;            // standard deviation of the gaussian x (docs/bench.md)
   std::string baseline = "none";  // none|nccl (nccl: cuda backend only)
+  std::vector<int> num_sms;       // --num-sms 8,16,32: one run per budget; empty: the default
 };
 
+// One row of the table: a (dispatch, combine) pair at an SM budget (0: the op's default).
 struct DtypePair {
   DispatchDtype dispatch;
   CombineDtype combine;
+  int num_sms = 0;
 };
 
 struct BenchPlan {
@@ -43,7 +46,8 @@ struct BenchPlan {
   bool check = true;
   bool nccl_baseline = false;  // --baseline nccl: time an NCCL all-to-allv of the same bytes
   std::string json_path;
-  std::vector<DtypePair> pairs;    // in the order they run and print
+  std::vector<DtypePair> pairs;    // in the order they run and print (budgets outer, pairs inner)
+  bool sms_column = false;         // --num-sms given: the table shows the budget
   std::vector<std::string> notes;  // how `auto` resolved, for the header
 };
 

@@ -66,6 +66,7 @@ void print_header(std::ostream& os, const BenchPlan& plan, const std::string& ba
           "peer, self included, same statistic; d_x, comb_x: nccl / moe-ep time (> 1: moe-ep "
           "faster)\n";
   }
+  if (plan.sms_column) os << fmt::format("{:>4} ", "sms");
   os << fmt::format("{:<8} {:<15} {:>10} {:>10} {:>8} {:>8} {:>9} {:>9} {:>7} {:>7} {:>9} {:>7}",
                     "dispatch", "combine", "disp_us", "comb_us", "disp_MB", "comb_MB", "disp_GB/s",
                     "comb_GB/s", "d_%flr", "c_%flr", "rel_err", "#wrong");
@@ -77,6 +78,7 @@ void print_header(std::ostream& os, const BenchPlan& plan, const std::string& ba
 
 void print_row(std::ostream& os, const PairResult& r, const PairMetrics& m) {
   const std::string wrong = r.wrong ? std::to_string(*r.wrong) : std::string("-");
+  if (r.pair.num_sms != 0) os << fmt::format("{:>4} ", r.pair.num_sms);
   os << fmt::format(
       "{:<8} {:<15} {:>10.1f} {:>10.1f} {:>8.3f} {:>8.3f} {:>9.2f} {:>9.2f} {:>7} {:>7} {:>9.3g} "
       "{:>7}",
@@ -138,6 +140,7 @@ void write_json(const std::string& path, const BenchPlan& plan, const std::strin
     record["warmup"] = plan.warmup;
     record["dispatch_dtype"] = to_string(r.pair.dispatch);
     record["combine_dtype"] = to_string(r.pair.combine);
+    if (r.pair.num_sms != 0) record["num_sms"] = r.pair.num_sms;
     record["dispatch_us"] = r.dispatch_us;
     record["combine_us"] = r.combine_us;
     record["dispatch_bytes"] = m.dispatch_bytes;

@@ -12,6 +12,8 @@
 // instead of waiting forever; waits inside the library are bounded by its own timeout.
 #include "bench_runner.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <condition_variable>
@@ -270,10 +272,27 @@ BenchInputs make_bench_inputs(const BenchPlan& plan) {
   BenchInputs inputs;
   inputs.ranks.resize(ranks);
   std::vector<std::thread> threads;
+  std::vector<std::exception_ptr> errors(ranks);
   for (int r = 0; r < ranks; ++r) {
-    threads.emplace_back([&, r] { inputs.ranks[r] = make_inputs(plan.shape, r); });
+    threads.emplace_back([&, r] {
+      try {
+        inputs.ranks[r] = make_inputs(plan.shape, r);
+      } catch (...) {
+        errors[r] = std::current_exception();
+      }
+    });
   }
   for (std::thread& t : threads) t.join();
+  for (int r = 0; r < ranks; ++r) {
+    if (!errors[r]) continue;
+    try {
+      std::rethrow_exception(errors[r]);
+    } catch (const std::bad_alloc&) {
+      throw RunFailure(fmt::format("rank {}: out of host memory making the inputs ({} tokens x "
+                                   "hidden {})",
+                                   r, plan.shape.tokens, plan.shape.hidden));
+    }
+  }
   inputs.remote_rows = count_remote_rows(plan.shape, inputs.ranks);
   inputs.route_rows = count_route_rows(plan.shape, inputs.ranks);
   return inputs;

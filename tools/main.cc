@@ -6,6 +6,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <new>
 #include <string>
 
 #include "commands.h"
@@ -54,6 +55,9 @@ int main_impl(int argc, char** argv) {
   } catch (const RunFailure& e) {
     logs.flush_to_stderr();
     return fail(kExitFailure, e.what());
+  } catch (const std::bad_alloc&) {
+    logs.flush_to_stderr();
+    return fail(kExitFailure, "out of host memory (std::bad_alloc); try fewer --tokens or ranks");
   } catch (const std::exception& e) {
     logs.flush_to_stderr();
     return fail(kExitFailure, e.what());
