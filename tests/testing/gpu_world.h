@@ -7,6 +7,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdlib>
 #include <functional>
 #include <memory>
 #include <string>
@@ -18,8 +19,13 @@
 
 namespace moe_ep::testing {
 
+// Before the process first uses CUDA: enough hardware queues that every rank's stream has its
+// own (with the default 8, a rank's kernel can queue behind another rank's waiting kernel and
+// both wait until the timeout; see src/backends/cuda/resources.h, Stream).
+inline const bool kEnoughHardwareQueues = (setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 1), true);
+
 // True when a GPU is visible; GPU tests skip (visibly) otherwise.
-inline bool have_gpu() { return cuda_device_count() > 0; }
+inline bool have_gpu() { return kEnoughHardwareQueues && cuda_device_count() > 0; }
 
 // A stream of the current device that destroys itself.
 struct TestStream {

@@ -84,6 +84,8 @@ class CudaComm : public Communicator {
   virtual const SymmetricMemory& control() const = 0;
   // Made with the communicator (CreateLedger::init, in the implementation's constructor).
   CreateLedger& ledger() { return ledger_; }
+  // The communicator's own stream, for its ops' housekeeping (zeroing, clearing errors).
+  cudaStream_t internal_stream() const { return ledger_.stream->get(); }
 
  protected:
   CreateLedger ledger_;

@@ -42,11 +42,11 @@ CudaOp::CudaOp(std::shared_ptr<CudaComm> comm, const OpConfig& config, int num_s
   send_offset_ = DeviceArray<int32_t>(device_, world_size_);
   recv_expert_count_ = DeviceArray<int32_t>(device_, layout_.local_experts);
   counters_ = DeviceArray<unsigned int>(device_, 4);
-  counters_.zero();
+  counters_.zero(comm_->internal_stream());
   block_counter_ = DeviceArray<unsigned int>(device_, 1);
-  block_counter_.zero();
+  block_counter_.zero(comm_->internal_stream());
   error_flag_ = DeviceArray<int32_t>(device_, 1);
-  error_flag_.zero();
+  error_flag_.zero(comm_->internal_stream());
   buffer_ = comm_->allocate(static_cast<size_t>(layout_.total_bytes()));
   MOE_EP_LOG(LogLevel::kInfo, "cuda op uid ", uid_, " rank ", rank_, "/", world_size_, ": ",
              num_sms_, " SMs (", data_blocks_, " data blocks), buffer ", layout_.total_bytes(),

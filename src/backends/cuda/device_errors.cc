@@ -72,9 +72,7 @@ void CudaOp::raise_device_error(const char* call, const StepVerdict* mine) {
     if (have_call_) MOE_EP_CUDA_CHECK(cudaEventSynchronize(call_done_.get()));
     std::atomic_thread_fence(std::memory_order_acquire);
     std::memcpy(&outcome, const_cast<const StepOutcome*>(&host_.host()->step), sizeof(outcome));
-    Stream clear;
-    MOE_EP_CUDA_CHECK(cudaMemsetAsync(error_flag_.get(), 0, sizeof(int32_t), clear.get()));
-    MOE_EP_CUDA_CHECK(cudaStreamSynchronize(clear.get()));
+    error_flag_.zero(comm_->internal_stream());
   } catch (const CudaError& err) {
     poison_and_throw(err);
   }

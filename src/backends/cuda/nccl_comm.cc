@@ -22,15 +22,15 @@ namespace {
 // left as it is rather than waiting for that peer.
 class NcclSymmetric : public SymmetricMemory {
  public:
-  NcclSymmetric(ncclComm_t comm, int device, size_t bytes) : comm_(comm), device_(device) {
+  NcclSymmetric(ncclComm_t comm, int device, size_t bytes, cudaStream_t stream)
+      : comm_(comm), device_(device), stream_(stream) {
     DeviceGuard guard(device);
     void* p = nullptr;
     MOE_EP_NCCL_CHECK(ncclMemAlloc(&p, bytes));
     local_ = static_cast<char*>(p);
     bytes_ = bytes;
-    Stream stream;
-    MOE_EP_CUDA_CHECK(cudaMemsetAsync(local_, 0, bytes, stream.get()));
-    MOE_EP_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
+    MOE_EP_CUDA_CHECK(cudaMemsetAsync(local_, 0, bytes, stream));
+    MOE_EP_CUDA_CHECK(cudaStreamSynchronize(stream));
   }
   ~NcclSymmetric() override {
     if (abandoned_) return;
@@ -51,11 +51,10 @@ class NcclSymmetric : public SymmetricMemory {
       return;
     }
     DeviceArray<char*> resolved(device_, world);
-    Stream stream;
-    MOE_EP_CUDA_CHECK(resolve_peer_pointers(window_, world, resolved.get(), stream.get()));
+    MOE_EP_CUDA_CHECK(resolve_peer_pointers(window_, world, resolved.get(), stream_));
     MOE_EP_CUDA_CHECK(cudaMemcpyAsync(peers_.base, resolved.get(), sizeof(char*) * world,
-                                      cudaMemcpyDeviceToHost, stream.get()));
-    MOE_EP_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
+                                      cudaMemcpyDeviceToHost, stream_));
+    MOE_EP_CUDA_CHECK(cudaStreamSynchronize(stream_));
     MOE_EP_CHECK_INTERNAL(peers_.base[rank] != nullptr, "window of rank ", rank,
                           " resolved to a null address");
   }
@@ -63,6 +62,7 @@ class NcclSymmetric : public SymmetricMemory {
  private:
   ncclComm_t comm_;
   int device_;
+  cudaStream_t stream_;  // the communicator's internal stream
   ncclWindow_t window_ = nullptr;
   bool abandoned_ = false;
 };
@@ -85,7 +85,7 @@ NcclCommunicator::~NcclCommunicator() {
 }
 
 std::unique_ptr<SymmetricMemory> NcclCommunicator::allocate(size_t bytes) {
-  return std::make_unique<NcclSymmetric>(comm_, device_, bytes);
+  return std::make_unique<NcclSymmetric>(comm_, device_, bytes, internal_stream());
 }
 
 void NcclCommunicator::publish(SymmetricMemory& memory) {

@@ -35,6 +35,10 @@ class Event {
   cudaEvent_t event_ = nullptr;
 };
 
+// A non-blocking stream. Streams share the device's hardware queues (CUDA_DEVICE_MAX_CONNECTIONS,
+// 8 by default) round-robin in creation order, and two busy streams on one queue run in order:
+// in the single-GPU world a rank's kernel queued behind another rank's waiting kernel would wait
+// for it. So the library makes its streams once, with the communicator, never per call.
 class Stream {
  public:
   Stream() { MOE_EP_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking)); }
@@ -74,12 +78,11 @@ class DeviceArray {
   T* get() const { return data_; }
   size_t size() const { return count_; }
   size_t bytes() const { return sizeof(T) * count_; }
-  // On a stream of its own, never the legacy default stream, which would order it with other
-  // ranks' work on the device.
-  void zero() const {
-    Stream stream;
-    MOE_EP_CUDA_CHECK(cudaMemsetAsync(data_, 0, sizeof(T) * (count_ ? count_ : 1), stream.get()));
-    MOE_EP_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
+  // On the owner's internal stream, never the legacy default stream, which would order it with
+  // other ranks' work on the device.
+  void zero(cudaStream_t stream) const {
+    MOE_EP_CUDA_CHECK(cudaMemsetAsync(data_, 0, sizeof(T) * (count_ ? count_ : 1), stream));
+    MOE_EP_CUDA_CHECK(cudaStreamSynchronize(stream));
   }
 
  private:

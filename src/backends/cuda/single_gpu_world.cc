@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <memory>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/cuda_comm.h"
 #include "backends/cuda/resources.h"
+#include "core/log.h"
 #include "moe_ep/config.h"
 #include "moe_ep/cuda.h"
 
@@ -33,15 +35,14 @@ struct WorldShared {
 
 class PlainSymmetric : public SymmetricMemory {
  public:
-  PlainSymmetric(int device, size_t bytes) : device_(device) {
+  PlainSymmetric(int device, size_t bytes, cudaStream_t stream) : device_(device) {
     DeviceGuard guard(device);
     void* p = nullptr;
     MOE_EP_CUDA_CHECK(cudaMalloc(&p, bytes));
     local_ = static_cast<char*>(p);
     bytes_ = bytes;
-    Stream stream;
-    MOE_EP_CUDA_CHECK(cudaMemsetAsync(local_, 0, bytes, stream.get()));
-    MOE_EP_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
+    MOE_EP_CUDA_CHECK(cudaMemsetAsync(local_, 0, bytes, stream));
+    MOE_EP_CUDA_CHECK(cudaStreamSynchronize(stream));
   }
   ~PlainSymmetric() override {
     if (abandoned_) return;  // a peer may still store into it
@@ -84,7 +85,7 @@ class SingleGpuCommunicator : public CudaComm {
   const SymmetricMemory& control() const override { return *control_; }
 
   std::unique_ptr<SymmetricMemory> allocate(size_t bytes) override {
-    return std::make_unique<PlainSymmetric>(device_, bytes);
+    return std::make_unique<PlainSymmetric>(device_, bytes, internal_stream());
   }
 
   void publish(SymmetricMemory& memory) override {
@@ -125,11 +126,26 @@ std::vector<std::shared_ptr<Communicator>> make_single_gpu_world(int world_size,
                    " ranks cannot all be resident on device ", device, " with ", sms,
                    " SMs: each rank needs at least 1");
   const double timeout = timeout_s > 0 ? timeout_s : Knobs::get().timeout_s;
+  // Each rank needs its stream on a hardware queue of its own (resources.h, Stream): with fewer
+  // queues than streams a rank's kernel can wait behind another rank's waiting kernel.
+  const char* connections = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+  const int queues = connections != nullptr ? std::atoi(connections) : 8;
+  if (queues < 2 * world_size + 2) {
+    MOE_EP_LOG(LogLevel::kWarn, "make_single_gpu_world(", world_size,
+               "): CUDA_DEVICE_MAX_CONNECTIONS=", queues, " hardware queues may be too few for ",
+               world_size,
+               " ranks' streams (ranks can then wait on each other until the timeout);"
+               " set CUDA_DEVICE_MAX_CONNECTIONS=32 before the process first uses CUDA");
+  }
   auto shared = std::make_shared<cuda_backend::WorldShared>(world_size, timeout);
   std::vector<std::unique_ptr<cuda_backend::PlainSymmetric>> controls;
-  for (int r = 0; r < world_size; ++r) {
-    controls.push_back(std::make_unique<cuda_backend::PlainSymmetric>(
-        device, cuda_backend::kControlBytesPerRank * world_size));
+  {
+    cuda_backend::DeviceGuard guard(device);
+    cuda_backend::Stream stream;  // made and gone before any rank's stream exists
+    for (int r = 0; r < world_size; ++r) {
+      controls.push_back(std::make_unique<cuda_backend::PlainSymmetric>(
+          device, cuda_backend::kControlBytesPerRank * world_size, stream.get()));
+    }
   }
   for (auto& control : controls) {
     for (int r = 0; r < world_size; ++r) control->set_peer(r, controls[r]->local());
