@@ -1,5 +1,5 @@
-// Non-owning tensor views passed across the API: a pointer, an element type, a shape of rank 1
-// or 2 (row-major, contiguous) and where the memory lives. moe-ep never frees what a view names.
+// Non-owning tensor views passed across the API: a pointer, an element type, a shape of rank 1,
+// 2 or 3 (row-major, contiguous) and where the memory lives. moe-ep never frees what a view names.
 #pragma once
 
 #include <array>
@@ -27,22 +27,28 @@ struct TensorView {
   void* data = nullptr;
   ScalarType dtype = ScalarType::kUInt8;
   int ndim = 0;
-  std::array<int64_t, 2> shape{0, 0};
+  std::array<int64_t, 3> shape{0, 0, 0};
   DeviceType device = DeviceType::kCpu;
   int device_index = 0;
 
   static TensorView matrix(const void* data, ScalarType dtype, int64_t rows, int64_t cols,
                            DeviceType device = DeviceType::kCpu, int device_index = 0) {
-    return TensorView{const_cast<void*>(data), dtype, 2, {rows, cols}, device, device_index};
+    return TensorView{const_cast<void*>(data), dtype, 2, {rows, cols, 1}, device, device_index};
   }
   static TensorView vector(const void* data, ScalarType dtype, int64_t size,
                            DeviceType device = DeviceType::kCpu, int device_index = 0) {
-    return TensorView{const_cast<void*>(data), dtype, 1, {size, 1}, device, device_index};
+    return TensorView{const_cast<void*>(data), dtype, 1, {size, 1, 1}, device, device_index};
+  }
+  // [d0, d1, d2], e.g. decode mode's per-expert slabs [E/W, W*Tmax, H].
+  static TensorView tensor3(const void* data, ScalarType dtype, int64_t d0, int64_t d1, int64_t d2,
+                            DeviceType device = DeviceType::kCpu, int device_index = 0) {
+    return TensorView{const_cast<void*>(data), dtype, 3, {d0, d1, d2}, device, device_index};
   }
 
   bool defined() const { return ndim > 0; }
   int64_t rows() const { return shape[0]; }
-  int64_t cols() const { return ndim == 2 ? shape[1] : 1; }
+  // Columns of a matrix; the product of the trailing dimensions for 3-D views.
+  int64_t cols() const { return ndim == 2 ? shape[1] : ndim == 3 ? shape[1] * shape[2] : 1; }
   int64_t numel() const { return rows() * cols(); }
   int64_t nbytes() const { return numel() * element_size(dtype); }
   template <typename T>
