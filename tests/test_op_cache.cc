@@ -1,4 +1,4 @@
-// The per-rank LRU OpCache (DESIGN 5): capacity 4 by default, a hit returns the same op and makes
+// The per-rank LRU OpCache (docs/design.md#configuration): capacity 4 by default, a hit returns the same op and makes
 // it the most recent, a miss creates the op (collectively) and evicts the least recently used,
 // the eviction log lists evicted configurations in order, an evicted op is released once nobody
 // else holds it, and -- the property collective destruction relies on -- ranks that make the

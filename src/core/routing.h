@@ -1,7 +1,7 @@
-// Routing and layout math shared by the backends (DESIGN 2): which rank owns an expert, which
-// destination ranks a token goes to (once per rank, never once per expert), the per-destination
-// token lists in canonical order, and the scans of validation mode. Plain host code, tested on
-// hand-written tables (tests/test_routing.cc).
+// Routing and layout math shared by the backends (docs/design.md#dispatch): which rank owns an
+// expert, which destination ranks a token goes to (once per rank, never once per expert), the per-
+// destination token lists in canonical order, and the scans of validation mode. Plain host code,
+// tested on hand-written tables (tests/test_routing.cc).
 #pragma once
 
 #include <cstdint>
@@ -44,7 +44,7 @@ void count_rows_per_local_expert(const RoutingShape& shape, const int32_t* local
 // rows are ordered by source rank, then by source token index.
 int64_t recv_offset(const std::vector<std::vector<int64_t>>& counts, int src, int dest);
 
-// Validation scans (DESIGN 6). Each returns an empty string when the data is fine, else a
+// Validation scans (docs/design.md#errors). Each returns an empty string when the data is fine, else a
 // message naming the argument, the (token, column) and the rule. find_bad_topk always checks the
 // range [-1, E); the duplicate check (an expert named twice in one token) is the validation-mode
 // part and can be turned off, since the range check alone is cheap enough to run on every call.

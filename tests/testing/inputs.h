@@ -1,4 +1,4 @@
-// Replayable test inputs (STYLE.md, nccl-tests `verifiable/`). The seed is printed once per
+// Replayable test inputs (as nccl-tests `verifiable/` does). The seed is printed once per
 // process and MOE_EP_TEST_SEED overrides it; every value derives from (seed, rank, index) through
 // a counter-based hash, so any rank's data can be regenerated anywhere, in any order. Payload
 // pattern: column 0 of every x row is (source rank + 1) and column 1 is (source token % 256) + 1,

@@ -1,10 +1,10 @@
-// A reusable barrier for the ranks (threads) of one CPU op whose every wait is bounded (DESIGN 6).
-// On expiry the waiting rank throws Timeout naming the phase, itself, the ranks that did not
-// arrive and the expected and seen arrival counts, and the barrier is broken for good: ranks
-// still waiting in that generation also get a Timeout (they waited on the same missing ranks),
-// and any later arrival gets RemoteError at once instead of waiting for a group that has
-// fallen apart. A rank that fails for another reason breaks the barrier the same way
-// (break_group), so its peers fail fast with RemoteError rather than time out.
+// A reusable barrier for the ranks (threads) of one CPU op whose every wait is bounded
+// (docs/design.md#errors). On expiry the waiting rank throws Timeout naming the phase, itself, the
+// ranks that did not arrive and the expected and seen arrival counts, and the barrier is broken for
+// good: ranks still waiting in that generation also get a Timeout (they waited on the same missing
+// ranks), and any later arrival gets RemoteError at once instead of waiting for a group that has
+// fallen apart. A rank that fails for another reason breaks the barrier the same way (break_group),
+// so its peers fail fast with RemoteError rather than time out.
 #pragma once
 
 #include <chrono>
