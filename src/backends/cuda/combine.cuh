@@ -39,8 +39,9 @@ __device__ __forceinline__ void send_combine_row(const CombineParams& p, int64_t
     for (int u = 0; u < kCombineUnroll; ++u) {
       if (base + u * kElemsPerWarpStep >= hidden) break;  // warp-uniform
       const int64_t elem = base + u * kElemsPerWarpStep + lane * kElemsPerLane;
-      const typename F::Params params = lane_block_params<F>(v[u]);
-      const LaneWord<F> word = lane_encode<F>(v[u], params);
+      typename F::Params params;
+      LaneWord<F> word;
+      formats::encode_lane<F>(v[u], word, params);
       if (elem < hidden) store_lane<F>(row, row + payload_bytes, elem, word, params);
     }
   }

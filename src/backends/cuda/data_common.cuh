@@ -8,6 +8,7 @@
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/launch.h"
 #include "formats/packed.cuh"
+#include "formats/packed_fast.cuh"
 
 namespace moe_ep::cuda_backend {
 

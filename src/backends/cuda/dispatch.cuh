@@ -72,8 +72,9 @@ __device__ __forceinline__ void send_encoded(const DispatchParams& p, const Recv
   for (int u = 0; u < kDispatchUnroll; ++u) {
     if (begin + u * kElemsPerWarpStep >= hidden) break;  // warp-uniform
     const int64_t elem = begin + u * kElemsPerWarpStep + lane * kElemsPerLane;
-    const typename F::Params params = lane_block_params<F>(v[u]);
-    const LaneWord<F> word = lane_encode<F>(v[u], params);
+    typename F::Params params;
+    LaneWord<F> word;
+    formats::encode_lane<F>(v[u], word, params);
     for (uint64_t m = routes.mask; m != 0;) {
       const int d = next_dest(m);
       const int64_t row = routes.row(d);

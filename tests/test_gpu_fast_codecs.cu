@@ -1,0 +1,209 @@
+// GPU tests of the kernels' fast encoders (src/formats/packed_fast.cuh) and the packed e4m3
+// decode against the scalar traits (label gpu, skipped without a GPU). Rows are built on the host
+// so that every bf16 value appears next to block maxima of every scale: for fp8 blockwise and
+// direct cast, all 65536 bf16 patterns (NaN and Inf included, which send their warp down the
+// reference path) in blocks led by 40 maxima from the smallest normal to the largest finite bf16;
+// for mxfp4, every bf16 value up to each of the 256 block maxima 2^(e+2) (every e8m0 exponent the
+// encoder can produce, plus zero and subnormal maxima). The device encodes warp-step by warp-step
+// (256 elements, 8 per lane) exactly as the data kernels do; the host encodes the same rows with
+// encode_row of the trait, and payload and scales must be equal bit for bit. The decode test
+// takes every e4m3 code times sampled block scales through lane_decode_add.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "formats/packed_fast.cuh"
+#include "testing/gpu.h"
+
+namespace moe_ep::formats {
+namespace {
+
+constexpr int kStep = 256;  // elements a warp encodes per call: 32 lanes x 8
+
+bool have_gpu() {
+  int devices = 0;
+  return cudaGetDeviceCount(&devices) == cudaSuccess && devices > 0;
+}
+
+// Warp w encodes elements [w * 256, (w + 1) * 256) of `x` like the data kernels do.
+template <typename F>
+__global__ void encode_steps_kernel(const uint16_t* x, int64_t num_steps, uint8_t* payload,
+                                    uint8_t* scales) {
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
+  for (int64_t w = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32; w < num_steps; w += warps) {
+    const int64_t elem = w * kStep + lane * kElemsPerLane;
+    const uint4 v = *reinterpret_cast<const uint4*>(x + elem);
+    LaneWord<F> word;
+    typename F::Params params;
+    encode_lane<F>(v, word, params);
+    *reinterpret_cast<LaneWord<F>*>(payload + payload_bytes_of<F>(elem)) = word;
+    if constexpr (F::kBlock != 0) {
+      if (elem % F::kBlock == 0) {
+        reinterpret_cast<typename F::Scale*>(scales)[elem / F::kBlock] = params.stored;
+      }
+    }
+  }
+}
+
+// Encodes `x` (a multiple of 256 elements) on the GPU and on the host; expects equal bytes.
+template <typename F>
+void expect_device_equals_host(const std::vector<uint16_t>& x, const char* what) {
+  const int64_t n = static_cast<int64_t>(x.size());
+  ASSERT_EQ(n % kStep, 0);
+  const int64_t payload_n = payload_bytes_of<F>(n);
+  const int64_t scales_n = scales_of<F>(n) * static_cast<int64_t>(sizeof(typename F::Scale));
+  std::vector<uint8_t> want_payload(payload_n), want_scales(scales_n > 0 ? scales_n : 1);
+  encode_row<F>(x.data(), n, want_payload.data(),
+                reinterpret_cast<typename F::Scale*>(want_scales.data()));
+
+  testing::DeviceBuffer dx = testing::DeviceBuffer::copy_of(x);
+  testing::DeviceBuffer dp = testing::DeviceBuffer::of_bytes(payload_n);
+  testing::DeviceBuffer ds = testing::DeviceBuffer::of_bytes(want_scales.size());
+  encode_steps_kernel<F><<<264, 512>>>(static_cast<const uint16_t*>(dx.ptr.get()), n / kStep,
+                                       static_cast<uint8_t*>(dp.ptr.get()),
+                                       static_cast<uint8_t*>(ds.ptr.get()));
+  MOE_EP_CUDA_CHECK(cudaGetLastError());
+  MOE_EP_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<uint8_t> got_payload(payload_n), got_scales(want_scales.size());
+  testing::device_to_host(got_payload.data(), dp.ptr.get(), payload_n);
+  if (scales_n > 0) testing::device_to_host(got_scales.data(), ds.ptr.get(), scales_n);
+
+  int64_t bad = 0, first = -1;
+  for (int64_t i = 0; i < payload_n; ++i) {
+    if (got_payload[i] != want_payload[i] && bad++ == 0) first = i;
+  }
+  EXPECT_EQ(bad, 0) << what << ": " << bad << " payload bytes differ, first at byte " << first
+                    << " (element " << first * 8 / F::kBitsPerElem << ", bf16 0x" << std::hex
+                    << x[first * 8 / F::kBitsPerElem] << std::dec << "): got "
+                    << +got_payload[first < 0 ? 0 : first] << ", want "
+                    << +want_payload[first < 0 ? 0 : first];
+  if (scales_n > 0) {
+    int64_t bad_scales = 0, first_scale = -1;
+    for (int64_t i = 0; i < scales_n; ++i) {
+      if (got_scales[i] != want_scales[i] && bad_scales++ == 0) first_scale = i;
+    }
+    EXPECT_EQ(bad_scales, 0) << what << ": " << bad_scales << " scale bytes differ, first at "
+                             << first_scale;
+  }
+  std::printf("%s: %lld elements, %lld payload bytes compared\n", what, static_cast<long long>(n),
+              static_cast<long long>(payload_n));
+}
+
+// Every bf16 pattern, in blocks of `block` elements whose element 0 is a block maximum taken in
+// turn from `maxima`; padded with zeros to whole warp steps.
+std::vector<uint16_t> rows_with_maxima(const std::vector<uint16_t>& values, int block,
+                                       const std::vector<uint16_t>& maxima) {
+  std::vector<uint16_t> x;
+  for (uint16_t m : maxima) {
+    size_t i = 0;
+    while (i < values.size()) {
+      x.push_back(m);
+      for (int j = 1; j < block; ++j) x.push_back(i < values.size() ? values[i++] : 0);
+    }
+  }
+  while (x.size() % kStep != 0) x.push_back(0);
+  return x;
+}
+
+uint16_t bf16_of(float f) { return float_to_bf16(f); }
+
+TEST(GpuFastCodecs, Fp8BlockwiseEqualsTheTraitOnEveryBf16) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
+  std::vector<uint16_t> all(65536);
+  for (uint32_t i = 0; i < 65536; ++i) all[i] = static_cast<uint16_t>(i);
+  std::vector<uint16_t> maxima;
+  for (int e = -126; e <= 127; e += 7) maxima.push_back(bf16_of(std::ldexp(1.5f, e)));
+  maxima.push_back(0x7f7f);           // the largest finite bf16
+  maxima.push_back(0x0080);           // the smallest normal
+  maxima.push_back(bf16_of(448.0f));  // amax == the e4m3 maximum: scale 1
+  maxima.push_back(0x0000);           // zero: scale 1 unless the block has more
+  expect_device_equals_host<Fp8BlockWire>(rows_with_maxima(all, Fp8BlockWire::kBlock, maxima),
+                                          "fp8 blockwise");
+}
+
+TEST(GpuFastCodecs, Fp8DirectCastEqualsTheTraitOnEveryBf16) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
+  std::vector<uint16_t> x(65536 * 2);
+  for (uint32_t i = 0; i < 65536; ++i) x[i] = static_cast<uint16_t>(i);
+  // The same values again, each in another lane position (shifted by 3 elements).
+  for (uint32_t i = 0; i < 65536; ++i) x[65536 + (i + 3) % 65536] = static_cast<uint16_t>(i);
+  expect_device_equals_host<Fp8DirectWire>(x, "fp8 direct cast");
+}
+
+TEST(GpuFastCodecs, Mxfp4EqualsTheTraitForEveryBf16AndEveryExponent) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
+  // For block maximum 2^(e+2) (biased bf16 exponent 0..254, i.e. every e8m0 exponent the encoder
+  // produces, and subnormal maxima), every bf16 value no larger in magnitude, and every special.
+  std::vector<uint16_t> x;
+  for (uint32_t exponent = 0; exponent <= 254; ++exponent) {
+    const uint16_t m = static_cast<uint16_t>(exponent << 7 | (exponent == 0 ? 0x40 : 0));
+    std::vector<uint16_t> values;
+    for (uint32_t i = 0; i < 65536; ++i) {
+      if ((i & 0x7fffu) <= m) values.push_back(static_cast<uint16_t>(i));
+    }
+    const std::vector<uint16_t> rows = rows_with_maxima(values, Mxfp4Wire::kBlock, {m});
+    x.insert(x.end(), rows.begin(), rows.end());
+  }
+  std::vector<uint16_t> specials;
+  for (uint32_t i = 0x7f80; i <= 0x7fff; i += 0x11) {  // Inf and NaNs, both signs
+    specials.push_back(static_cast<uint16_t>(i));
+    specials.push_back(static_cast<uint16_t>(i | 0x8000));
+  }
+  const std::vector<uint16_t> rows = rows_with_maxima(specials, Mxfp4Wire::kBlock, {0x3f80});
+  x.insert(x.end(), rows.begin(), rows.end());
+  expect_device_equals_host<Mxfp4Wire>(x, "mxfp4");
+}
+
+// Decodes 8 e4m3 codes times `scale` through lane_decode_add (acc starts at zero).
+__global__ void decode_codes_kernel(const uint8_t* codes, const float* scales, int num_scales,
+                                    float* out) {
+  const int64_t total = 256LL * num_scales / kElemsPerLane;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t elem = i * kElemsPerLane;
+    const float scale = scales[elem / 256];
+    const uint2 word = *reinterpret_cast<const uint2*>(codes + elem % 256);
+    float acc[kElemsPerLane] = {};
+    lane_decode_add<Fp8BlockWire>(word, scale, acc);
+    for (int j = 0; j < kElemsPerLane; ++j) out[elem + j] = acc[j];
+  }
+}
+
+TEST(GpuFastCodecs, PackedE4m3DecodeEqualsTheTraitForEveryCode) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
+  std::vector<uint8_t> codes(256);
+  for (int c = 0; c < 256; ++c) codes[c] = static_cast<uint8_t>(c);
+  std::vector<float> scales;  // block scales amax / 448 across the fp32 range, and 1
+  for (int e = -149; e <= 127; e += 3) scales.push_back(std::ldexp(1.0f + (e & 7) / 8.0f, e));
+  scales.push_back(1.0f);
+  const int n = 256 * static_cast<int>(scales.size());
+  testing::DeviceBuffer dc = testing::DeviceBuffer::copy_of(codes);
+  testing::DeviceBuffer ds = testing::DeviceBuffer::copy_of(scales);
+  testing::DeviceBuffer dout = testing::DeviceBuffer::of_bytes(sizeof(float) * n);
+  decode_codes_kernel<<<64, 256>>>(
+      static_cast<const uint8_t*>(dc.ptr.get()), static_cast<const float*>(ds.ptr.get()),
+      static_cast<int>(scales.size()), static_cast<float*>(dout.ptr.get()));
+  MOE_EP_CUDA_CHECK(cudaGetLastError());
+  MOE_EP_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<float> got(n);
+  testing::device_to_host(got.data(), dout.ptr.get(), sizeof(float) * n);
+  int bad = 0;
+  for (int i = 0; i < n; ++i) {
+    const float want = 0.0f + Fp8BlockWire::decode(codes[i % 256], scales[i / 256]);
+    const bool same =
+        (is_nan(want) && is_nan(got[i])) || std::memcmp(&want, &got[i], sizeof(float)) == 0;
+    if (!same && bad++ < 5) {
+      ADD_FAILURE() << "code 0x" << std::hex << (i % 256) << std::dec << " scale "
+                    << scales[i / 256] << ": got " << got[i] << ", want " << want;
+    }
+  }
+  EXPECT_EQ(bad, 0);
+}
+
+}  // namespace
+}  // namespace moe_ep::formats
