@@ -225,6 +225,39 @@ TEST(Agreement, MissedCreationFailsThatCreationOnlyAndTheNextWorks) {
   testing::check_round(next, 3, after.results[0]);
 }
 
+TEST(Agreement, RankThatDestroysItsOpLeavesOthersATimeoutAndTheNextOpWorks) {
+  // Rank 1 drops its op; rank 0 dispatches on its own and times out naming rank 1 (its op is
+  // poisoned); a new op (another instance) then works on both ranks.
+  OpConfig config = small_config();
+  const auto inputs = inputs_for(2, config);
+  OpConfig next = config;
+  next.instance_id = 1;
+  RankOutcome lonely;
+  std::atomic<bool> gave_up{false};
+  RoundCheck after(2, inputs_for(2, next, 5));
+  run_ranks(
+      2,
+      [&](int rank, const std::shared_ptr<Communicator>& comm) {
+        auto op = create_op(comm, config);
+        if (rank == 1) {
+          op.reset();
+          // The ranks recover together: rank 1 creates the next op once rank 0 has given up.
+          while (!gave_up.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        } else {
+          lonely = outcome_of([&] { op->dispatch(inputs[0].args()); });
+          expect_error(outcome_of([&] { op->dispatch(inputs[0].args()); }),
+                       ErrorCode::kInvalidUsage, {"op unusable after"}, 0);
+          gave_up = true;
+        }
+        auto fresh = create_op(comm, next);
+        after.run(rank, *fresh);
+      },
+      /*timeout_s=*/0.5);
+  expect_error(lonely, ErrorCode::kTimeout,
+               {"dispatch/publish", "rank 0 timed out", "waiting for ranks [1]"});
+  testing::check_round(next, 2, after.results[0]);
+}
+
 TEST(Agreement, TwoThreadsInOneOpRaiseInvalidUsage) {
   // A second thread entering rank 0's op while its dispatch waits in the barrier (rank 1 holds
   // back) is refused at once and never joins the collective; the first call completes.
