@@ -21,7 +21,9 @@ import torch.nn.functional as F
 
 import moe_ep
 
-PAIRS = [(d, c) for d in ("bf16", "fp8", "fp4") for c in ("bf16", "fp8", "fp8_direct_cast")]
+# Every (dispatch, combine) pair the library has, by short name (bf16, fp8, fp4 x bf16, fp8,
+# fp8_direct_cast, int8_e3m4): the enums' member names.
+PAIRS = [(d.name, c.name) for d in moe_ep.DispatchDtype for c in moe_ep.CombineDtype]
 
 # e2m1 code -> value; bit 3 is the sign.
 E2M1_VALUES = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0,
@@ -46,11 +48,13 @@ class Experts:
         self.w2 = draw(E, F_, H, fan_in=F_)  # down projection
 
     def route(self, x, top_k):
-        """Softmax over the experts, the top k, renormalised: (int32 ids, float32 weights)."""
+        """Softmax over the experts, the top k, renormalised: (int64 ids as torch's topk gives
+        them, float32 weights). op.dispatch takes the int64 ids as they are (moe_ep converts
+        them to int32 on the GPU, without a host copy)."""
         with torch.no_grad():
             probs = self.router(x).float().softmax(dim=-1)
         weights, idx = probs.topk(top_k, dim=-1)
-        return idx.to(torch.int32), weights / weights.sum(dim=-1, keepdim=True)
+        return idx, weights / weights.sum(dim=-1, keepdim=True)
 
     def expert(self, e, x):
         """SwiGLU expert e on bf16 rows x; float32 result."""

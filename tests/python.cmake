@@ -1,9 +1,13 @@
 # Python tests (tests/python, pytest), when the Python package is built (MOE_EP_BUILD_PYTHON):
 #   python_cpu          the CPU-backend suite on numpy arrays (label cpu)
-#   python_gpu          tests/python/test_gpu_*.py on torch tensors; they skip themselves without
-#                       torch or GPUs (label gpu)
+#   python_gpu          tests/python/test_gpu_*.py on torch tensors (processes per GPU, and two
+#                       ranks of one GPU from threads); they skip themselves without torch or GPUs
+#                       (label gpu)
 #   python_pip_install  `pip install --no-build-isolation .` into a fresh venv, then an import
 #                       and one CPU dispatch from outside the source tree (label cpu)
+#   python_report       tests/python/test_report.py: `python -m moe_ep.report` on the JSON of
+#                       CPU-backend benches, given the moe-ep binary in MOE_EP_BIN (label cpu;
+#                       python_cpu collects it too and skips it, having no MOE_EP_BIN)
 if(NOT MOE_EP_HAVE_PYTHON)
   return()
 endif()
@@ -17,7 +21,8 @@ set_tests_properties(python_cpu PROPERTIES LABELS cpu ENVIRONMENT "${_py_env}" T
 
 add_test(NAME python_gpu
          COMMAND ${MOE_EP_PYTHON_EXECUTABLE} -m pytest -q -p no:cacheprovider -rs -s
-                 ${CMAKE_CURRENT_SOURCE_DIR}/python/test_gpu_torch.py)
+                 ${CMAKE_CURRENT_SOURCE_DIR}/python/test_gpu_torch.py
+                 ${CMAKE_CURRENT_SOURCE_DIR}/python/test_gpu_single_gpu_world.py)
 set_tests_properties(python_gpu PROPERTIES LABELS gpu ENVIRONMENT "${_py_env}" TIMEOUT 900)
 
 add_test(NAME python_pip_install
@@ -25,3 +30,11 @@ add_test(NAME python_pip_install
                  ${MOE_EP_PYTHON_EXECUTABLE} ${CMAKE_BINARY_DIR}/pip-check)
 set_tests_properties(python_pip_install PROPERTIES LABELS cpu TIMEOUT 1200
                      ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1")
+
+if(TARGET moe-ep)
+  add_test(NAME python_report
+           COMMAND ${MOE_EP_PYTHON_EXECUTABLE} -m pytest -q -p no:cacheprovider -rs
+                   ${CMAKE_CURRENT_SOURCE_DIR}/python/test_report.py)
+  set_tests_properties(python_report PROPERTIES LABELS cpu TIMEOUT 300
+                       ENVIRONMENT "${_py_env};MOE_EP_BIN=$<TARGET_FILE:moe-ep>")
+endif()

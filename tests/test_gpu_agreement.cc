@@ -11,10 +11,18 @@
 #include <chrono>
 #include <cstdlib>
 
+#include "moe_ep/cuda.h"
+#include "testing/harness.h"
+#ifdef MOE_EP_WITH_CUDA
 #include "testing/gpu_world.h"
+#endif
 
 namespace moe_ep {
 namespace {
+
+#ifndef MOE_EP_WITH_CUDA
+TEST(GpuAgreement, NeedsTheCudaBackend) { GTEST_SKIP() << "moe-ep was built without CUDA"; }
+#else
 
 // Before anything reads the knobs: every bounded wait of this binary is 4 s.
 const bool kShortTimeout =
@@ -295,6 +303,8 @@ TEST_F(GpuAgreement, RankThatNeverJoinsGivesTimeoutNotAHang) {
   EXPECT_LT(seconds, 10.0);
   expect_error(second, ErrorCode::kInvalidUsage, {"op unusable after: timed out"});
 }
+
+#endif  // MOE_EP_WITH_CUDA
 
 }  // namespace
 }  // namespace moe_ep

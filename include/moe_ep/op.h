@@ -1,7 +1,8 @@
 // The op: one rank's handle on a collective dispatch/combine pair (docs/design.md#dispatch,
 // #combine, #errors). Lifecycle: check_config (pure) -> create_op (collective: every rank's
 // verdict on its configuration and the configuration itself are agreed on before any buffer is
-// allocated) -> dispatch / combine (collective). Every rank of the communicator makes the same
+// allocated) -> dispatch / combine and, in decode mode, low_latency_dispatch /
+// low_latency_combine (collective). Every rank of the communicator makes the same
 // calls in the same order; each call first agrees on every rank's verdict on its arguments and on
 // the identity of the call (docs/design.md#collective-calls-and-agreement).
 #pragma once
@@ -53,9 +54,11 @@ void check_config(const OpConfig& config, int world_size);
 
 // The collective calls of an op. Each call of a rank carries its kind and number (dispatch #n is
 // the n-th successful dispatch; combine #n combines dispatch #n), and ranks in different calls
-// fail together instead of pairing.
-enum class CallKind : uint8_t { kDispatch, kCombine };
-const char* to_string(CallKind kind);  // "dispatch", "combine"
+// fail together instead of pairing. Decode mode counts its own calls: low_latency_dispatch #n is
+// the n-th successful low-latency dispatch, low_latency_combine #n combines it.
+enum class CallKind : uint8_t { kDispatch, kCombine, kLowLatencyDispatch, kLowLatencyCombine };
+// "dispatch", "combine", "low_latency_dispatch", "low_latency_combine"
+const char* to_string(CallKind kind);
 
 // Ties a combine to the dispatch that produced it.
 struct Handle {
@@ -86,6 +89,31 @@ struct DispatchResult {
   Handle handle;
 };
 
+// Decode mode (docs/decode-mode.md): fixed shapes, one slab of W * Tmax rows per local expert
+// (Tmax = max_tokens_per_rank). Its arguments are those of dispatch, T <= Tmax.
+using LowLatencyDispatchArgs = DispatchArgs;
+
+// Ties a low_latency_combine to the low-latency dispatch that produced it.
+struct LowLatencyHandle {
+  uint64_t op_uid = 0;    // unique per op object in this process
+  uint64_t call_seq = 0;  // 1 for the first low-latency dispatch of the op, then 2, ...
+  int64_t num_tokens = 0;
+};
+
+// Views into buffers owned by the op, valid until the next low-latency dispatch on it. Every
+// shape is fixed by the configuration. Local expert e's slab holds a row per (source rank s,
+// token t) with a live slot naming e, in canonical order (s, then t) from row 0; rows at or
+// after recv_count[e] are unspecified in recv_x and recv_x_scales and -1 in recv_src_*.
+struct LowLatencyDispatchResult {
+  TensorView recv_x;          // [E/W, W*Tmax, H] bf16 / e4m3, or [E/W, W*Tmax, H/2] e2m1x2
+  TensorView recv_x_scales;   // [E/W, W*Tmax, scale_dim] fp32 / e8m0; undefined for bf16
+  TensorView recv_count;      // [E/W] int32: rows in use in each slab
+  TensorView recv_src_rank;   // [E/W, W*Tmax] int32: sending rank, -1 past the count
+  TensorView recv_src_token;  // [E/W, W*Tmax] int32: token index on that rank, -1 past the count
+  TensorView recv_src_slot;   // [E/W, W*Tmax] int32: first top-k slot naming e, -1 past the count
+  LowLatencyHandle handle;
+};
+
 class Op {
  public:
   virtual ~Op() = default;
@@ -99,6 +127,14 @@ class Op {
   // y: [R, H] bf16 (R = handle.num_recv); out: [T, H] bf16 for this rank's T of that dispatch.
   virtual void combine(const Handle& handle, const TensorView& y, const TensorView& out,
                        void* stream = nullptr) = 0;
+  // Decode mode (docs/decode-mode.md). Collective like dispatch and combine, and free to
+  // interleave with them on one op. The defaults throw InvalidUsage("decode mode is not
+  // implemented by the <backend> backend").
+  virtual LowLatencyDispatchResult low_latency_dispatch(const LowLatencyDispatchArgs& args);
+  // y: [E/W, W*Tmax, H] bf16, row i of slab e is local expert e's output for the slab's row i;
+  // out: [T, H] bf16 for this rank's T of that low-latency dispatch.
+  virtual void low_latency_combine(const TensorView& y, const LowLatencyHandle& handle,
+                                   const TensorView& out, void* stream = nullptr);
   // Waits for this op's work queued on `stream` and raises any error its kernels reported
   // (e.g. a Timeout inside combine). Calls also raise such errors at their next entry.
   virtual void synchronize(void* stream = nullptr) { (void)stream; }

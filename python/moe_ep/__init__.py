@@ -3,7 +3,8 @@
 A thin layer over the C++ library (module ``moe_ep._C``): the dtype enums, block sizes,
 ``scale_dim``, dtype resolution with the same environment rules and warnings as C++, the error
 family, and ops on torch tensors (CUDA backend, one process per GPU over a torch.distributed
-process group) or on torch CPU tensors and numpy arrays (CPU backend, one thread per rank).
+process group, or several ranks on one GPU for protocol tests) or on torch CPU tensors and numpy
+arrays (CPU backend, one thread per rank).
 See docs/python.md.
 """
 
@@ -108,12 +109,19 @@ def cuda_backend_built() -> bool:
     return _C.cuda_backend_built()
 
 
-from ._op import DispatchOutput, Op, clear_op_cache, get_op, op_cache_info  # noqa: E402,F401
+from ._op import (  # noqa: E402,F401
+    DispatchOutput,
+    Op,
+    clear_op_cache,
+    get_op,
+    op_cache_info,
+    single_gpu_world,
+)
 
 __all__ = [
     "FP8_BLOCK_SIZE", "MXFP4_BLOCK_SIZE", "DispatchDtype", "CombineDtype", "WeightDtype",
     "scale_dim", "resolve_dtypes", "DtypeResolution", "Error", "InvalidArgument",
     "InvalidUsage", "Timeout", "RemoteError", "CudaError", "NcclError", "InternalError",
     "CpuWorld", "Communicator", "Handle", "Op", "DispatchOutput", "get_op", "clear_op_cache",
-    "op_cache_info", "cuda_backend_built",
+    "op_cache_info", "cuda_backend_built", "single_gpu_world",
 ]

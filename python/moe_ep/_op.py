@@ -1,18 +1,24 @@
-"""Ops on torch tensors and numpy arrays: get_op, Op.dispatch, Op.combine.
+"""Ops on torch tensors and numpy arrays: get_op, Op.dispatch, Op.combine, single_gpu_world.
 
 Arguments are handed to the C++ op zero copy (DLPack); outputs are views of the op's buffers,
 valid until the next dispatch on the same op. CUDA work is queued on torch's current stream of
-the tensor's device. The only logic here is argument handling: which communicator a group
-means, which cache an op lives in, and which torch dtype a byte buffer is viewed as.
+the op's device. The only logic here is argument handling: which communicator a group means,
+which cache an op lives in, which torch dtype a byte buffer is viewed as, int64 expert ids made
+int32, and making every refusal of this layer collective: an argument this rank cannot hand to
+the C++ op is still a call (Op.reject, reject_create), so every rank fails with the reason at
+once instead of waiting for this one until the timeout poisons the op.
 """
 
+import operator
 import sys
 import threading
 import weakref
-from typing import Any, NamedTuple, Optional
+from typing import Any, List, NamedTuple
 
 from . import _C
-from . import CombineDtype, DispatchDtype, InvalidArgument, resolve_dtypes
+from . import DispatchDtype, Error, InternalError, InvalidArgument, resolve_dtypes
+
+INT32_MIN, INT32_MAX = -2 ** 31, 2 ** 31 - 1
 
 
 class DispatchOutput(NamedTuple):
@@ -27,7 +33,7 @@ class DispatchOutput(NamedTuple):
     num_recv: int
 
 
-# ---- tensors --------------------------------------------------------------------------------
+# ---- arguments ------------------------------------------------------------------------------
 
 def _torch():
     return sys.modules.get("torch")
@@ -38,29 +44,72 @@ def _is_torch(t) -> bool:
     return torch is not None and isinstance(t, torch.Tensor)
 
 
+def _is_numpy(t) -> bool:
+    np = sys.modules.get("numpy")
+    return np is not None and isinstance(t, np.ndarray)
+
+
+def _int_arg(name: str, value) -> int:
+    """value as an int32, or InvalidArgument naming the argument and the value.
+
+    Python ints and integer scalars (anything with __index__, e.g. numpy.int64) are taken; bool
+    and float (even 128.0) are not, so that nothing is truncated or reinterpreted silently.
+    """
+    number = None
+    if not (isinstance(value, bool) or type(value).__name__ in ("bool", "bool_")):
+        try:
+            number = operator.index(value)
+        except TypeError:
+            pass
+    if number is None:
+        raise InvalidArgument(f"{name}={value!r} is not an int ({type(value).__name__}); "
+                              "pass a Python int")
+    if not INT32_MIN <= number <= INT32_MAX:
+        raise InvalidArgument(f"{name}={number} does not fit in int32 "
+                              f"[{INT32_MIN}, {INT32_MAX}]")
+    return number
+
+
+def _reason(error: BaseException) -> str:
+    """The text another rank sees for this rank's refusal."""
+    if isinstance(error, Error):
+        return str(error)
+    return f"{type(error).__name__}: {error}"
+
+
 # torch dtypes whose bytes are exactly a moe-ep wire type; they cross DLPack as uint8.
 _TORCH_WIRE_BYTES = ("float8_e4m3fn", "float8_e8m0fnu", "float4_e2m1fn_x2")
 
 
-def _to_capsule(t, name: str):
-    """A DLPack capsule (or the object itself, for numpy) for one argument."""
-    if t is None or not _is_torch(t):
-        return t  # numpy arrays and capsules: the C++ side calls __dlpack__
+class _TorchArg:
+    """A torch tensor on its way to the C++ layer: its DLPack capsule, and its dtype and device
+    as torch names them (the C++ layer's messages use these names)."""
+    __slots__ = ("_capsule", "dtype", "device")
+
+    def __init__(self, capsule, dtype: str, device: str):
+        self._capsule = capsule
+        self.dtype = dtype
+        self.device = device
+
+    def __dlpack__(self, stream=None):
+        return self._capsule
+
+
+def _export(t, name: str):
+    """What the C++ layer imports for one argument: numpy arrays, capsules and anything else
+    as they are (the C++ layer checks them), torch tensors as a _TorchArg."""
+    if not _is_torch(t):
+        return t
     torch = _torch()
-    name_of_dtype = str(t.dtype).split(".")[-1]
-    if t.dtype.is_floating_point and t.element_size() == 1 or name_of_dtype.startswith("float4"):
-        if name_of_dtype not in _TORCH_WIRE_BYTES:
+    dtype = t.dtype
+    dtype_name = str(dtype).split(".")[-1]
+    if dtype.is_floating_point and t.element_size() == 1 or dtype_name.startswith("float4"):
+        if dtype_name not in _TORCH_WIRE_BYTES:
             raise InvalidArgument(
-                f"{name}: dtype {t.dtype} is not a moe-ep wire type; pre-quantized input is "
+                f"{name}: dtype {dtype} is not a moe-ep wire type; pre-quantized input is "
                 "torch.float8_e4m3fn (fp8) or uint8 e2m1 pairs with float8_e8m0fnu scales")
         t = t.view(torch.uint8)
-    return torch.utils.dlpack.to_dlpack(t.detach())
-
-
-def _stream_of(t) -> int:
-    if _is_torch(t) and t.is_cuda:
-        return _torch().cuda.current_stream(t.device).cuda_stream
-    return 0
+    return _TorchArg(torch.utils.dlpack.to_dlpack(t.detach()), str(dtype), str(t.device))
 
 
 def _from_buffer(buf, as_torch: bool, torch_view=None):
@@ -81,8 +130,13 @@ def _from_buffer(buf, as_torch: bool, torch_view=None):
 class Op:
     """One rank's op (C++ moe_ep::Op). Get it from get_op(); every rank makes the same calls."""
 
-    def __init__(self, raw):
+    def __init__(self, raw, device=None):
         self._op = raw
+        self._device = device  # CUDA device index of the op; None for the CPU backend
+        config = raw.config
+        self._num_experts = config["num_experts"]
+        self._hidden = config["hidden"]
+        self._dispatch_dtype = config["dispatch_dtype"]
 
     config = property(lambda self: self._op.config, doc="The op's configuration (dict).")
     rank = property(lambda self: self._op.rank)
@@ -96,25 +150,60 @@ class Op:
                 f"E={c['num_experts']} H={c['hidden']} K={c['top_k']} "
                 f"T<={c['max_tokens_per_rank']} {c['dispatch_dtype']}/{c['combine_dtype']}>")
 
+    def _stream(self) -> int:
+        """torch's current stream on the op's device (0 for the CPU backend)."""
+        torch = _torch()
+        if self._device is None or torch is None:
+            return 0
+        return torch.cuda.current_stream(self._device).cuda_stream
+
+    def _reject(self, kind: str, error: Exception, stream: int):
+        """This rank refuses its call of `kind`: every rank's call fails with the reason."""
+        try:
+            self._op.reject(kind, _reason(error), stream)
+        except Error as collective:
+            raise collective from error
+        raise InternalError(f"{kind}: the op accepted a call this rank rejected")
+
+    def _expert_ids(self, topk_idx):
+        """int64 expert ids (torch's topk, numpy's default) as int32, on their own device.
+
+        Values outside [-1, num_experts) stay outside: they are clamped to -2 or num_experts,
+        which the op's range check rejects (so an id of 2**40 is reported as num_experts).
+        """
+        if _is_torch(topk_idx):
+            torch = _torch()
+            if topk_idx.dtype == torch.int64:
+                return topk_idx.clamp(-2, self._num_experts).to(torch.int32)
+        elif _is_numpy(topk_idx):
+            np = sys.modules["numpy"]
+            if topk_idx.dtype == np.int64:
+                return np.clip(topk_idx, -2, self._num_experts).astype(np.int32)
+        return topk_idx
+
     def dispatch(self, x, topk_idx, topk_weights, x_scales=None):
         """Sends each token to the ranks of its experts; returns (DispatchOutput, Handle).
 
         x: [T, H] bf16, or pre-quantized ([T, H] float8_e4m3fn with x_scales [T, H/128]
         float32; [T, H/2] uint8 e2m1 pairs with x_scales [T, H/32] e8m0). topk_idx: [T, K]
-        int32 (-1 masks a slot). topk_weights: [T, K] float32.
+        int32 or int64 (-1 masks a slot). topk_weights: [T, K] float32. A bad argument on any
+        rank fails every rank's call with ValueError and changes nothing.
         """
+        stream = 0
         as_torch = _is_torch(x)
-        recv, handle = self._op.dispatch(
-            _to_capsule(x, "x"), _to_capsule(topk_idx, "topk_idx"),
-            _to_capsule(topk_weights, "topk_weights"), _to_capsule(x_scales, "x_scales"),
-            stream=_stream_of(x), raw_bits=not as_torch)
+        try:
+            stream = self._stream()
+            args = (_export(x, "x"), _export(self._expert_ids(topk_idx), "topk_idx"),
+                    _export(topk_weights, "topk_weights"), _export(x_scales, "x_scales"))
+        except Exception as e:  # noqa: BLE001 -- any refusal of this rank is the call's
+            self._reject("dispatch", e, stream)
+        recv, handle = self._op.dispatch(*args, stream=stream, raw_bits=not as_torch)
         x_view = scale_view = None
         if as_torch:
             torch = _torch()
-            dispatch_dtype = self._op.config["dispatch_dtype"]
-            if dispatch_dtype == DispatchDtype.fp8.name:
+            if self._dispatch_dtype == DispatchDtype.fp8.name:
                 x_view = torch.float8_e4m3fn
-            elif dispatch_dtype == DispatchDtype.fp4.name:
+            elif self._dispatch_dtype == DispatchDtype.fp4.name:
                 scale_view = getattr(torch, "float8_e8m0fnu", None)
         out = DispatchOutput(
             _from_buffer(recv["recv_x"], as_torch, x_view),
@@ -125,31 +214,42 @@ class Op:
             recv["num_recv"])
         return out, handle
 
+    def _new_out(self, y, handle):
+        """combine's out when the caller gives none: [T, H] bf16 where the op works."""
+        if not isinstance(handle, _C.Handle):
+            raise InvalidArgument(f"handle: expected the moe_ep.Handle of a dispatch, got "
+                                  f"{type(handle).__name__}")
+        shape = (handle.num_tokens, self._hidden)
+        torch = _torch()
+        if torch is not None and self._device is not None:
+            return torch.empty(shape, dtype=torch.bfloat16, device=torch.device("cuda",
+                                                                               self._device))
+        if _is_torch(y):
+            return torch.empty(shape, dtype=torch.bfloat16, device=y.device)
+        import numpy as np
+        return np.empty(shape, dtype=np.uint16)  # bf16 bit patterns
+
     def combine(self, y, handle, out=None):
         """Sends each received row's partial result y ([R, H] bf16) back and sums them.
 
         Returns out: [T, H] bf16 on the rank that dispatched the tokens (allocated when None).
+        A bad argument on any rank fails every rank's call with ValueError and changes nothing
+        (out is not written, the handle stays good).
         """
-        if not isinstance(handle, _C.Handle):
-            raise InvalidArgument(f"handle: expected the moe_ep.Handle of a dispatch, got "
-                                  f"{type(handle).__name__}")
-        if out is None:
-            shape = (handle.num_tokens, self._op.config["hidden"])
-            if _is_torch(y):
-                out = _torch().empty(shape, dtype=_torch().bfloat16, device=y.device)
-            else:
-                import numpy as np
-                out = np.empty(shape, dtype=np.uint16)  # bf16 bit patterns
-        self._op.combine(handle, _to_capsule(y, "y"), _to_capsule(out, "out"),
-                         stream=_stream_of(y))
+        stream = 0
+        try:
+            stream = self._stream()
+            if out is None:
+                out = self._new_out(y, handle)
+            y_arg, out_arg = _export(y, "y"), _export(out, "out")
+        except Exception as e:  # noqa: BLE001 -- any refusal of this rank is the call's
+            self._reject("combine", e, stream)
+        self._op.combine(handle, y_arg, out_arg, stream=stream)
         return out
 
     def synchronize(self):
         """Waits for this op's queued work and raises any error its kernels reported."""
-        stream = 0
-        if self.backend == "cuda" and _torch() is not None:
-            stream = _torch().cuda.current_stream().cuda_stream
-        self._op.synchronize(stream)
+        self._op.synchronize(self._stream())
 
 
 # ---- communicators and the op cache ---------------------------------------------------------
@@ -157,15 +257,23 @@ class Op:
 _lock = threading.Lock()
 _caches = {}          # cache key -> (_C.OpCache, lock serialising its get and clear)
 _torch_comms = {}     # (id(group), device) -> (group, communicator)
+_comm_devices = {}    # group_id of a single_gpu_world -> its device
 _wrappers = weakref.WeakValueDictionary()  # op uid -> Op
 
 
 def _communicator(group):
-    """(communicator, cache key) for a moe_ep communicator or a torch.distributed group."""
+    """(communicator, cache key, CUDA device or None) for a moe_ep communicator or a
+    torch.distributed group. The cache key is (backend, group id, rank): one cache per rank of
+    each group, so two CpuWorlds (or two single-GPU worlds) never share one."""
     if isinstance(group, _C.Communicator):
-        # CPU ranks are threads of this process: one cache per rank, as in C++.
-        key = ("cpu", group.rank) if group.backend == "cpu" else ("cuda",)
-        return group, key
+        device = None
+        if group.backend == "cuda":
+            with _lock:
+                device = _comm_devices.get(group.group_id)
+            torch = _torch()
+            if device is None and torch is not None:
+                device = torch.cuda.current_device()
+        return group, (group.backend, group.group_id, group.rank), device
     torch = _torch()
     if torch is None or not torch.distributed.is_available():
         raise InvalidArgument(f"group={group!r}: expected a moe_ep communicator "
@@ -188,53 +296,115 @@ def _communicator(group):
         entry = (group, comm)
         with _lock:
             _torch_comms[key] = entry
-    return entry[1], ("cuda", device)
+    comm = entry[1]
+    return comm, ("cuda", comm.group_id, comm.rank), device
 
 
 def get_op(group, num_experts: int, top_k: int, hidden: int, max_tokens_per_rank: int,
            dispatch_dtype="auto", combine_dtype="auto", weight_dtype="bf16",
-           instance_id: int = 0) -> Op:
+           instance_id: int = 0, num_sms: int = 0) -> Op:
     """The op for this configuration, from the LRU cache (capacity 4) or created collectively.
 
     group: a torch.distributed ProcessGroup (CUDA backend, device torch.cuda.current_device())
-    or a moe_ep communicator (e.g. CpuWorld(n).communicator(rank), CPU backend). The dtypes are
-    resolved as resolve_dtypes does, with the process environment.
+    or a moe_ep communicator (CpuWorld(n).communicator(rank): CPU backend; single_gpu_world(n)[
+    rank]: CUDA backend on one GPU). The dtypes are resolved as resolve_dtypes does, with the
+    process environment. num_sms: the op's SM budget on CUDA (0: MOE_EP_NUM_SMS or the
+    default; ignored on CPU). The integers must be ints in int32 range. A configuration this
+    rank cannot even build (a bad dtype name, hidden=128.7) is told to the other ranks, whose
+    creation fails at once with the reason; the next creation works.
     """
-    comm, key = _communicator(group)
-    res = resolve_dtypes(weight_dtype, dispatch_dtype, combine_dtype, stacklevel=3)
+    comm, key, device = _communicator(group)
+    try:
+        ints = [_int_arg(name, value) for name, value in (
+            ("num_experts", num_experts), ("hidden", hidden), ("top_k", top_k),
+            ("max_tokens_per_rank", max_tokens_per_rank), ("instance_id", instance_id),
+            ("num_sms", num_sms))]
+        res = resolve_dtypes(weight_dtype, dispatch_dtype, combine_dtype, stacklevel=3)
+    except Exception as e:  # noqa: BLE001 -- any refusal of this rank is the creation's
+        _reject_create(comm, e)
+        raise
+    e_, h_, k_, t_, instance_, sms_ = ints
     with _lock:
         entry = _caches.get(key)
         if entry is None:
             entry = _caches[key] = (_C.OpCache(4), threading.Lock())
     cache, cache_lock = entry
     with cache_lock:  # the C++ cache is one rank's and not thread-safe; see clear_op_cache
-        raw = cache.get(comm, int(num_experts), int(hidden), int(top_k),
-                        int(max_tokens_per_rank), res.dispatch.value, res.combine.value,
-                        int(instance_id))
+        raw = cache.get(comm, e_, h_, k_, t_, res.dispatch.value, res.combine.value, instance_,
+                        sms_)
     with _lock:
         op = _wrappers.get(raw.uid)
         if op is None:
-            op = Op(raw)
+            op = Op(raw, device)
             _wrappers[raw.uid] = op
     return op
 
 
-def clear_op_cache() -> None:
-    """Drops every cached op of this process (each is released when the last reference goes).
+def _reject_create(comm, error: Exception) -> None:
+    """Tells the ranks creating an op over comm that this rank refused its creation."""
+    try:
+        _C.reject_create(comm, _reason(error))
+    except Error as told:  # this rank's own error is the one to raise
+        if hasattr(error, "add_note"):
+            error.add_note(f"(telling the other ranks failed too: {told})")
 
-    With CPU ranks as threads this clears every rank's cache: call it from one rank or from all,
-    but while no rank is inside get_op (e.g. between barriers), since a clear waits for a get
-    of the same cache and a get may be waiting for the other ranks to join its collective.
+
+def single_gpu_world(world_size: int, device: int = 0, timeout_s: float = 0) -> List[Any]:
+    """world_size communicators of the CUDA backend on ONE GPU, for protocol tests.
+
+    Rank r is element r, driven from its own Python thread, on its own torch stream of
+    `device` (e.g. ``with torch.cuda.stream(torch.cuda.Stream(device)):``): the ranks' kernels
+    wait for each other, so they must not share a stream. get_op(world[r], ...) gives rank r's
+    op (one op cache per rank); dispatch and combine take CUDA torch tensors of `device`.
+    timeout_s bounds the world's host-side exchanges (0: MOE_EP_TIMEOUT_S). Each rank's op may
+    use at most floor(SMs / world_size) SMs. Its times are never multi-GPU figures.
+    """
+    comms = _C.make_single_gpu_world(_int_arg("world_size", world_size),
+                                     _int_arg("device", device), float(timeout_s))
+    with _lock:
+        for comm in comms:
+            _comm_devices[comm.group_id] = device
+    return list(comms)
+
+
+def clear_op_cache(group=None) -> None:
+    """Drops cached ops (each is released when the last reference to it goes).
+
+    group=None drops every cache of this process: with CPU ranks as threads that is every
+    rank's cache, so call it from one rank or from all, but while no rank is inside get_op (e.g.
+    between barriers), since a clear waits for a get of the same cache and a get may be waiting
+    for the other ranks to join its collective. A moe_ep communicator (or a torch.distributed
+    group) drops only the cache of that rank of that group.
     """
     with _lock:
-        entries = list(_caches.values())
-    for cache, cache_lock in entries:
+        if group is None:
+            entries = list(_caches.items())
+        else:
+            key = _cache_key_of(group)
+            entries = [(key, _caches[key])] if key in _caches else []
+    for key, entry in entries:
+        cache, cache_lock = entry
         with cache_lock:
             cache.clear()
+        with _lock:
+            if _caches.get(key) is entry:
+                del _caches[key]
+
+
+def _cache_key_of(group):
+    """The cache key of a communicator or of a torch group that has one (with _lock held)."""
+    if isinstance(group, _C.Communicator):
+        return (group.backend, group.group_id, group.rank)
+    torch = _torch()
+    if torch is None or not torch.distributed.is_available():
+        raise InvalidArgument(f"group={group!r}: expected a moe_ep communicator or a "
+                              "torch.distributed group")
+    entry = _torch_comms.get((id(group), torch.cuda.current_device()))
+    return None if entry is None else ("cuda", entry[1].group_id, entry[1].rank)
 
 
 def op_cache_info() -> dict:
-    """{cache key: (size, capacity, eviction log)} for each cache of this process."""
+    """{(backend, group id, rank): (size, capacity, eviction log)} for each cache."""
     with _lock:
         entries = dict(_caches)
     info = {}
@@ -245,4 +415,4 @@ def op_cache_info() -> dict:
 
 
 __all__ = ["DispatchOutput", "Op", "get_op", "clear_op_cache", "op_cache_info",
-           "CombineDtype"]
+           "single_gpu_world"]

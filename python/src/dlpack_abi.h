@@ -20,6 +20,7 @@ enum DlTypeCode : uint8_t {
   kDlUInt = 1,
   kDlFloat = 2,
   kDlBfloat = 4,
+  kDlComplex = 5,
   kDlBool = 6,
   // Codes 7-17 are the 8/6/4-bit float types added in DLPack 1.1; moe-ep takes any 8-bit code
   // as raw bytes of the wire type the argument expects (e4m3 / e2m1 pairs / e8m0).

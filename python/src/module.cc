@@ -1,7 +1,9 @@
 // moe_ep._C: the compiled half of the Python package. It exposes the C++ API with its own names
 // and string values (dtype enums, block sizes, scale_dim, dtype resolution, the error family,
-// communicators, ops and the op cache) and nothing else: the Python half (python/moe_ep) only
-// turns torch tensors, numpy arrays and process groups into the arguments below.
+// communicators including the single-GPU test world, ops, their rejections and the op cache)
+// and nothing else: the Python half (python/moe_ep) only turns torch tensors, numpy arrays and
+// process groups into the arguments below. An argument this layer cannot import is a rejected
+// call (Op::reject), never an error of this rank alone.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -143,32 +145,69 @@ py::dict config_dict(const OpConfig& c) {
   out["dispatch_dtype"] = short_name(c.dispatch_dtype);
   out["combine_dtype"] = short_name(c.combine_dtype);
   out["instance_id"] = c.instance_id;
+  out["num_sms"] = c.num_sms;
   return out;
 }
 
 // ---- op calls -------------------------------------------------------------------------------
+//
+// Every argument error of this layer is collective, like the op's own checks: a rank whose
+// arguments cannot even be imported (wrong dtype, layout, rank, device type, not a tensor) still
+// joins the call through Op::reject, so every rank's call fails with its reason and nothing
+// moves; nothing is consumed either (ImportScope commits only after the call took effect).
 
 void* as_stream(uintptr_t stream) { return reinterpret_cast<void*>(stream); }
+
+CallKind parse_call_kind(const std::string& kind) {
+  if (kind == to_string(CallKind::kDispatch)) return CallKind::kDispatch;
+  if (kind == to_string(CallKind::kCombine)) return CallKind::kCombine;
+  throw InvalidArgument("kind=\"" + kind + "\" is not a call kind; valid: dispatch|combine");
+}
+
+// Joins this rank's next call of `kind` with a rejected verdict; always throws (the rejection,
+// or what the op reports instead: calls out of step, a poisoned op).
+[[noreturn]] void reject_call(Op& op, CallKind kind, const std::string& reason, void* stream) {
+  {
+    py::gil_scoped_release release;  // collective: the other ranks may be threads of ours
+    op.reject(kind, reason, stream);
+  }
+  throw Internal(std::string(to_string(kind)) + ": the op accepted a call this rank rejected");
+}
+
+constexpr const char* kTakesBf16 = "bfloat16 (numpy: its uint16 bit patterns)";
 
 py::tuple dispatch(const std::shared_ptr<Op>& op, py::object x, py::object topk_idx,
                    py::object topk_weights, py::object x_scales, uintptr_t stream, bool raw_bits) {
   // Pre-quantized x crosses DLPack as bytes; say which wire types those bytes are.
   const formats::RowFormat wire = formats::row_format(op->config().dispatch_dtype, 0);
   const auto byte_type = [](ScalarType t) { return element_size(t) == 1 ? t : ScalarType::kUInt8; };
-  const ScalarType x_byte = byte_type(wire.payload_type);
-  const ScalarType scale_byte = byte_type(wire.scale_type);
   ImportScope scope;
   DispatchArgs args;
-  args.x = scope.import(x, "x", x_byte);
-  if (!x_scales.is_none()) args.x_scales = scope.import(x_scales, "x_scales", scale_byte);
-  args.topk_idx = scope.import(topk_idx, "topk_idx");
-  args.topk_weights = scope.import(topk_weights, "topk_weights");
   args.stream = as_stream(stream);
+  try {
+    args.x = scope.import(x, {"x",
+                              "bfloat16 (numpy: its uint16 bit patterns) or, pre-quantized, "
+                              "one-byte wire codes with x_scales",
+                              true, byte_type(wire.payload_type)});
+    if (!x_scales.is_none()) {
+      args.x_scales =
+          scope.import(x_scales, {"x_scales", "float32 (fp8) or one-byte e8m0 (mxfp4) scales",
+                                  false, byte_type(wire.scale_type)});
+    }
+    args.topk_idx =
+        scope.import(topk_idx, {"topk_idx", "int32 (torch and numpy int64 are converted by moe_ep)",
+                                false, std::nullopt, false});
+    args.topk_weights =
+        scope.import(topk_weights, {"topk_weights", "float32", false, std::nullopt, false});
+  } catch (const std::exception& e) {
+    reject_call(*op, CallKind::kDispatch, e.what(), args.stream);
+  }
   DispatchResult r;
   {
     py::gil_scoped_release release;
     r = op->dispatch(args);
   }
+  scope.commit();
   const std::shared_ptr<const void> keep = op;
   py::dict recv;
   auto put = [&](const char* key, const TensorView& v) {
@@ -185,17 +224,48 @@ py::tuple dispatch(const std::shared_ptr<Op>& op, py::object x, py::object topk_
   return py::make_tuple(recv, r.handle);
 }
 
-void combine(const std::shared_ptr<Op>& op, const Handle& handle, py::object y, py::object out,
+void combine(const std::shared_ptr<Op>& op, py::object handle, py::object y, py::object out,
              uintptr_t stream) {
   ImportScope scope;
-  const TensorView y_view = scope.import(y, "y");
-  const TensorView out_view = scope.import(out, "out");
-  py::gil_scoped_release release;
-  op->combine(handle, y_view, out_view, as_stream(stream));
+  Handle h;
+  TensorView y_view, out_view;
+  try {
+    if (!py::isinstance<Handle>(handle)) {
+      throw InvalidArgument("handle: expected the moe_ep.Handle of a dispatch, got " +
+                            std::string(py::str(py::type::handle_of(handle).attr("__name__"))));
+    }
+    h = handle.cast<Handle>();
+    y_view = scope.import(y, {"y", kTakesBf16, true, std::nullopt, false});
+    out_view = scope.import(out, {"out", kTakesBf16, true, std::nullopt, true});
+  } catch (const std::exception& e) {
+    reject_call(*op, CallKind::kCombine, e.what(), as_stream(stream));
+  }
+  {
+    py::gil_scoped_release release;
+    op->combine(h, y_view, out_view, as_stream(stream));
+  }
+  scope.commit();
+}
+
+// The reference Python holds to an op (its wrapper, and every output buffer through it). When
+// the last one goes, the op is destroyed without the GIL: a CUDA op's destructor waits for its
+// latest kernels, which in the single-GPU test world may wait for another rank's kernels that
+// the other rank's thread can only launch once it has the GIL.
+std::shared_ptr<Op> released_without_gil(std::shared_ptr<Op> op) {
+  Op* raw = op.get();
+  return std::shared_ptr<Op>(raw, [keep = std::move(op)](Op*) mutable {
+    if (Py_IsInitialized() && PyGILState_Check()) {
+      py::gil_scoped_release release;
+      keep.reset();
+    } else {
+      keep.reset();
+    }
+  });
 }
 
 OpConfig make_config(int num_experts, int hidden, int top_k, int max_tokens_per_rank,
-                     const std::string& dispatch, const std::string& combine, int instance_id) {
+                     const std::string& dispatch, const std::string& combine, int instance_id,
+                     int num_sms) {
   OpConfig c;
   c.num_experts = num_experts;
   c.hidden = hidden;
@@ -204,6 +274,7 @@ OpConfig make_config(int num_experts, int hidden, int top_k, int max_tokens_per_
   c.dispatch_dtype = parse_dispatch_dtype(dispatch, "dispatch_dtype");
   c.combine_dtype = parse_combine_dtype(combine, "combine_dtype");
   c.instance_id = instance_id;
+  c.num_sms = num_sms;
   return c;
 }
 
@@ -256,6 +327,24 @@ PYBIND11_MODULE(_C, m) {
       },
       py::arg("unique_id"), py::arg("rank"), py::arg("world_size"), py::arg("device"));
 
+  m.def(
+      "reject_create",
+      [](const std::shared_ptr<Communicator>& comm, const std::string& reason) {
+        if (!comm) throw InvalidArgument("reject_create: comm is None");
+        py::gil_scoped_release release;  // the other ranks may be threads of ours
+        reject_create(comm, reason);
+      },
+      py::arg("comm"), py::arg("reason"),
+      "Tells the ranks of comm that are creating an op that this rank rejected its creation: "
+      "they fail at once with InvalidArgument naming this rank and reason.");
+  m.def(
+      "make_single_gpu_world",
+      [](int world_size, int device, double timeout_s) {
+        py::gil_scoped_release release;
+        return make_single_gpu_world(world_size, device, timeout_s);
+      },
+      py::arg("world_size"), py::arg("device") = 0, py::arg("timeout_s") = 0.0);
+
   py::class_<CpuWorld, std::shared_ptr<CpuWorld>>(m, "CpuWorld")
       .def(py::init([](int world_size, double timeout_s) {
              return CpuWorld::create(world_size, timeout_s);
@@ -305,6 +394,15 @@ PYBIND11_MODULE(_C, m) {
       .def("combine", &combine, py::arg("handle"), py::arg("y"), py::arg("out"),
            py::arg("stream") = 0)
       .def(
+          "reject",
+          [](Op& op, const std::string& kind, const std::string& reason, uintptr_t stream) {
+            reject_call(op, parse_call_kind(kind), reason, as_stream(stream));
+          },
+          py::arg("kind"), py::arg("reason"), py::arg("stream") = 0,
+          "Joins this rank's next call of kind (\"dispatch\" | \"combine\") with a rejected "
+          "verdict: every rank's call fails with InvalidArgument naming this rank and reason; "
+          "raises here too. The op stays usable.")
+      .def(
           "synchronize",
           [](Op& op, uintptr_t stream) {
             py::gil_scoped_release release;
@@ -318,16 +416,16 @@ PYBIND11_MODULE(_C, m) {
           "get",
           [](OpCache& cache, const std::shared_ptr<Communicator>& comm, int num_experts, int hidden,
              int top_k, int max_tokens_per_rank, const std::string& dispatch,
-             const std::string& combine, int instance_id) {
+             const std::string& combine, int instance_id, int num_sms) {
             if (!comm) throw InvalidArgument("group is None; a communicator is required");
             const OpConfig config = make_config(num_experts, hidden, top_k, max_tokens_per_rank,
-                                                dispatch, combine, instance_id);
+                                                dispatch, combine, instance_id, num_sms);
             py::gil_scoped_release release;  // collective create: other ranks may be threads
-            return cache.get(comm, config);
+            return released_without_gil(cache.get(comm, config));
           },
           py::arg("comm"), py::arg("num_experts"), py::arg("hidden"), py::arg("top_k"),
           py::arg("max_tokens_per_rank"), py::arg("dispatch_dtype"), py::arg("combine_dtype"),
-          py::arg("instance_id"))
+          py::arg("instance_id"), py::arg("num_sms") = 0)
       .def_property_readonly("size", &OpCache::size)
       .def_property_readonly("capacity", &OpCache::capacity)
       .def_property_readonly("eviction_log", &OpCache::eviction_log)

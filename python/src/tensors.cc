@@ -12,34 +12,75 @@ namespace moe_ep::python {
 
 namespace {
 
+// A DLPack type by name ("int64", "complex64", "float8_e5m2"), for messages.
 std::string describe_dl_dtype(const DlDataType& t) {
+  // DLPack 1.1's narrow float codes 7..17, by the names of their formats.
+  static const char* const kNarrowFloats[] = {
+      "float8_e3m4",     "float8_e4m3",   "float8_e4m3b11fnuz", "float8_e4m3fn",
+      "float8_e4m3fnuz", "float8_e5m2",   "float8_e5m2fnuz",    "float8_e8m0fnu",
+      "float6_e2m3fn",   "float6_e3m2fn", "float4_e2m1fn"};
   std::ostringstream os;
   switch (t.code) {
     case kDlInt: os << "int" << int(t.bits); break;
     case kDlUInt: os << "uint" << int(t.bits); break;
     case kDlFloat: os << "float" << int(t.bits); break;
     case kDlBfloat: os << "bfloat" << int(t.bits); break;
+    case kDlComplex: os << "complex" << int(t.bits); break;
     case kDlBool: os << "bool"; break;
-    default: os << "DLPack type code " << int(t.code) << " with " << int(t.bits) << " bits";
+    default:
+      if (t.code >= 7 && t.code <= 17) {
+        os << kNarrowFloats[t.code - 7];
+      } else {
+        os << "an unknown DLPack type (code " << int(t.code) << ", " << int(t.bits) << " bits)";
+      }
   }
   if (t.lanes != 1) os << "x" << t.lanes;
   return os.str();
 }
 
-ScalarType map_dtype(const DlDataType& t, const char* name, ScalarType one_byte) {
+// A DLPack device type by name, for messages.
+std::string describe_dl_device(int32_t type) {
+  switch (type) {
+    case 4: return "opencl";
+    case 7: return "vulkan";
+    case 8: return "metal";
+    case 9: return "vpi";
+    case 10: return "rocm";
+    case 11: return "rocm_host";
+    case 12: return "ext_dev";
+    case 13: return "cuda_managed";
+    case 14: return "oneapi";
+    case 15: return "webgpu";
+    case 16: return "hexagon";
+    case 17: return "maia";
+    default: return "an unknown DLPack device (type " + std::to_string(type) + ")";
+  }
+}
+
+// `attr` of obj as text (torch and numpy name their dtype and device), or `fallback`.
+std::string attr_text(py::handle obj, const char* attr, const std::string& fallback) {
+  if (obj && py::hasattr(obj, attr)) {
+    try {
+      return py::str(obj.attr(attr));
+    } catch (py::error_already_set&) {
+    }
+  }
+  return fallback;
+}
+
+ScalarType map_dtype(const DlDataType& t, const ArgSpec& spec, py::handle obj) {
   if (t.lanes == 1) {
     if (t.code == kDlBfloat && t.bits == 16) return ScalarType::kBFloat16;
-    if ((t.code == kDlUInt || t.code == kDlInt) && t.bits == 16) return ScalarType::kBFloat16;
+    if (spec.bf16_bits && (t.code == kDlUInt || t.code == kDlInt) && t.bits == 16) {
+      return ScalarType::kBFloat16;
+    }
     if (t.code == kDlFloat && t.bits == 32) return ScalarType::kFloat32;
     if (t.code == kDlInt && t.bits == 32) return ScalarType::kInt32;
-    if (t.code != kDlBool && t.bits == 8) return one_byte;
+    if (spec.one_byte && t.code != kDlBool && t.bits == 8) return *spec.one_byte;
   }
-  std::string hint;
-  if (t.code == kDlInt && t.bits == 64) hint = " (for int64 expert ids pass topk_idx.int())";
-  throw InvalidArgument(std::string(name) + ": dtype " + describe_dl_dtype(t) +
-                        " is not supported; moe-ep takes bfloat16 (or its uint16 bits), float32, "
-                        "int32 and one-byte wire types" +
-                        hint);
+  throw InvalidArgument(std::string(spec.name) + ": dtype " +
+                        attr_text(obj, "dtype", describe_dl_dtype(t)) + " is not supported; " +
+                        spec.name + " takes " + spec.takes);
 }
 
 void check_compact(const DlTensor& t, const char* name) {
@@ -84,31 +125,41 @@ void destroy_unconsumed_capsule(PyObject* capsule) {
 }
 
 // The checks and the view shared by both import paths: device, rank, dtype, contiguity.
-TensorView view_of(const DlTensor& t, const char* name, ScalarType one_byte) {
+TensorView view_of(const DlTensor& t, const ArgSpec& spec, py::handle obj) {
+  const char* name = spec.name;
   DeviceType device = DeviceType::kCpu;
   int device_index = 0;
   if (t.device.device_type == kDlCuda) {
     device = DeviceType::kCuda;
     device_index = t.device.device_id;
   } else if (t.device.device_type != kDlCpu && t.device.device_type != kDlCudaHost) {
-    throw InvalidArgument(std::string(name) + ": DLPack device type " +
-                          std::to_string(t.device.device_type) +
+    throw InvalidArgument(std::string(name) + ": device " +
+                          attr_text(obj, "device", describe_dl_device(t.device.device_type)) +
                           " is not supported; moe-ep takes cpu and cuda tensors");
   }
   if (t.ndim < 1 || t.ndim > 2) {
     throw InvalidArgument(std::string(name) + ": " + std::to_string(t.ndim) +
                           " dimensions; moe-ep takes 1-D and 2-D tensors");
   }
-  const ScalarType dtype = map_dtype(t.dtype, name, one_byte);
+  const ScalarType dtype = map_dtype(t.dtype, spec, obj);
   check_compact(t, name);
   void* data = static_cast<char*>(t.data) + t.byte_offset;
   if (t.ndim == 1) return TensorView::vector(data, dtype, t.shape[0], device, device_index);
   return TensorView::matrix(data, dtype, t.shape[0], t.shape[1], device, device_index);
 }
 
+// True when obj's array interface says its memory is read-only.
+bool read_only_array(py::handle obj) {
+  const py::dict ai = obj.attr("__array_interface__");
+  if (!ai.contains("data")) return false;
+  const py::object data = ai["data"];
+  return py::isinstance<py::tuple>(data) && py::len(data) >= 2 && py::tuple(data)[1].cast<bool>();
+}
+
 // A host array described by the numpy array interface (version 3): typestr, shape, strides in
 // bytes (None when compact) and data = (address, read-only flag).
-TensorView import_array_interface(py::handle obj, const char* name, ScalarType one_byte) {
+TensorView import_array_interface(py::handle obj, const ArgSpec& spec) {
+  const char* name = spec.name;
   const py::dict ai = obj.attr("__array_interface__");
   const std::string typestr = py::str(ai["typestr"]);
   const py::tuple shape = ai["shape"];
@@ -129,6 +180,7 @@ TensorView import_array_interface(py::handle obj, const char* name, ScalarType o
              : kind == 'i' ? uint8_t(kDlInt)
              : kind == 'u' ? uint8_t(kDlUInt)
              : kind == 'b' ? uint8_t(kDlBool)
+             : kind == 'c' ? uint8_t(kDlComplex)
                            : uint8_t(255),
              static_cast<uint8_t>(8 * bytes), 1};
   std::array<int64_t, 2> dims{1, 1};
@@ -141,19 +193,48 @@ TensorView import_array_interface(py::handle obj, const char* name, ScalarType o
     for (int d = 0; d < known; ++d) strides[d] = st[d].cast<int64_t>() / bytes;
     t.strides = strides.data();
   }
-  return view_of(t, name, one_byte);
+  return view_of(t, spec, obj);
 }
 
 }  // namespace
 
 ImportScope::~ImportScope() {
-  for (DlManagedTensor* managed : owned_) {
-    if (managed->deleter != nullptr) managed->deleter(managed);
+  if (!committed_) return;  // the capsules are let go unconsumed with capsules_
+  for (const py::object& capsule : capsules_) {
+    // The same capsule may have been passed for two arguments: consume it once.
+    if (!PyCapsule_IsValid(capsule.ptr(), kDlCapsuleName)) continue;
+    auto* managed =
+        static_cast<DlManagedTensor*>(PyCapsule_GetPointer(capsule.ptr(), kDlCapsuleName));
+    PyCapsule_SetName(capsule.ptr(), kDlUsedCapsuleName);
+    if (managed != nullptr && managed->deleter != nullptr) managed->deleter(managed);
   }
 }
 
-TensorView ImportScope::import(py::handle obj, const char* name, ScalarType one_byte) {
-  if (obj.is_none()) throw InvalidArgument(std::string(name) + " is None; a tensor is required");
+TensorView ImportScope::import(py::handle obj, const ArgSpec& spec) {
+  try {
+    return import_unchecked(obj, spec);
+  } catch (const Error&) {
+    throw;
+  } catch (py::error_already_set& e) {
+    // The producer's own refusal (e.g. torch's for a tensor that needs grad, a type without
+    // __dlpack__ support): an argument error like any other, with its Python type.
+    throw InvalidArgument(std::string(spec.name) + ": " + e.what());
+  } catch (const std::exception& e) {
+    throw InvalidArgument(std::string(spec.name) + ": " + e.what());
+  }
+}
+
+TensorView ImportScope::import_unchecked(py::handle obj, const ArgSpec& spec) {
+  const char* name = spec.name;
+  if (obj.is_none()) {
+    throw InvalidArgument(std::string(name) + " is None; " + name + " takes " + spec.takes);
+  }
+  const bool has_array_interface = py::hasattr(obj, "__array_interface__");
+  if (spec.writable && has_array_interface && read_only_array(obj)) {
+    throw InvalidArgument(std::string(name) +
+                          ": the array is read-only (writeable=False) but the call writes its "
+                          "result into it; pass a writable array (or none, to have it allocated)");
+  }
   py::object capsule;
   if (PyCapsule_CheckExact(obj.ptr())) {
     capsule = py::reinterpret_borrow<py::object>(obj);
@@ -161,13 +242,14 @@ TensorView ImportScope::import(py::handle obj, const char* name, ScalarType one_
     try {
       capsule = obj.attr("__dlpack__")();
     } catch (py::error_already_set& e) {
-      // numpy before 2.0 refuses to export read-only arrays (DLPack had no read-only flag);
-      // their __array_interface__ describes the same memory, still without a copy.
-      if (!e.matches(PyExc_BufferError) || !py::hasattr(obj, "__array_interface__")) throw;
-      return import_array_interface(obj, name, one_byte);
+      // numpy refuses to export read-only arrays through an unversioned capsule (it has no
+      // read-only flag); their __array_interface__ describes the same memory, still without a
+      // copy.
+      if (!e.matches(PyExc_BufferError) || !has_array_interface) throw;
+      return import_array_interface(obj, spec);
     }
-  } else if (py::hasattr(obj, "__array_interface__")) {
-    return import_array_interface(obj, name, one_byte);
+  } else if (has_array_interface) {
+    return import_array_interface(obj, spec);
   } else {
     throw InvalidArgument(std::string(name) +
                           ": expected a tensor (torch.Tensor, numpy array or "
@@ -182,10 +264,8 @@ TensorView ImportScope::import(py::handle obj, const char* name, ScalarType one_
   auto* managed =
       static_cast<DlManagedTensor*>(PyCapsule_GetPointer(capsule.ptr(), kDlCapsuleName));
   if (managed == nullptr) throw py::error_already_set();
-  PyCapsule_SetName(capsule.ptr(), kDlUsedCapsuleName);
-  owned_.push_back(managed);  // from here on the deleter runs when the call ends
-
-  return view_of(managed->dl_tensor, name, one_byte);
+  capsules_.push_back(capsule);  // alive (and its memory too) until the scope ends
+  return view_of(managed->dl_tensor, spec, obj);
 }
 
 ExportedBuffer::ExportedBuffer(TensorView view, std::shared_ptr<const void> keepalive,

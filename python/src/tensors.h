@@ -1,6 +1,7 @@
 // Tensors across the Python boundary, zero copy through DLPack. Inputs: a torch tensor's or a
 // numpy array's DLPack capsule becomes a moe_ep::TensorView for the length of one call
-// (ImportScope releases the capsules when the call returns). Outputs: a view into op-owned
+// (ImportScope holds the capsules during the call and consumes them only when the call took
+// effect, so a rejected call consumes nothing). Outputs: a view into op-owned
 // memory becomes an ExportedBuffer, whose __dlpack__ hands a capsule to torch or numpy; the
 // capsule keeps the op (and so its buffers) alive for as long as the consumer's tensor lives.
 #pragma once
@@ -8,6 +9,7 @@
 #include <pybind11/pybind11.h>
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "dlpack_abi.h"
@@ -17,7 +19,22 @@ namespace moe_ep::python {
 
 namespace py = pybind11;
 
-// Owns the DLPack tensors imported during one call and calls their deleters at scope exit.
+// What one argument of a call may be, for the import's own checks (the op checks the rest).
+struct ArgSpec {
+  const char* name;   // the argument's name in messages: "x", "topk_idx", ...
+  const char* takes;  // what it takes, for messages: "int32", "float32", ...
+  // 16-bit integers are bf16 bit patterns (numpy has no bf16); elsewhere they are rejected.
+  bool bf16_bits = false;
+  // 8-bit types are this wire type; without one they are rejected.
+  std::optional<ScalarType> one_byte;
+  // The call writes the tensor (combine's out): read-only arrays are rejected.
+  bool writable = false;
+};
+
+// The DLPack tensors imported for one call. Nothing is consumed until the call took effect:
+// commit() marks every imported capsule used ("used_dltensor") and its deleter runs when the
+// scope ends; without commit() (a rejected or failed call) the capsules are only let go, so a
+// capsule the caller passed stays unconsumed and temporary ones free themselves.
 class ImportScope {
  public:
   ImportScope() = default;
@@ -26,15 +43,22 @@ class ImportScope {
   ~ImportScope();
 
   // obj: a "dltensor" capsule or an object with __dlpack__ (numpy array, torch tensor); a
-  // host array whose __dlpack__ refuses (read-only numpy < 2) via __array_interface__. dtype
-  // mapping: bfloat16 -> bf16; uint16/int16 -> bf16 bit patterns (numpy has no bf16); float32;
-  // int32; any 8-bit type -> `one_byte`, the wire type this argument expects. Rejects, naming
-  // `name`: other dtypes, vector lanes, more than 2 dimensions, non-contiguous strides and
-  // devices other than cpu / cuda / pinned host.
-  TensorView import(py::handle obj, const char* name, ScalarType one_byte = ScalarType::kUInt8);
+  // host array whose __dlpack__ refuses (read-only numpy) via __array_interface__. dtype
+  // mapping: bfloat16 -> bf16; float32; int32; uint16/int16 -> bf16 bit patterns and any 8-bit
+  // type -> spec.one_byte, where spec allows them. Every failure is an InvalidArgument naming
+  // spec.name (a Python exception raised by the producer too, with its type): other dtypes
+  // (named by the object's own dtype, e.g. "torch.float16", when it has one), vector lanes,
+  // more than 2 dimensions, non-contiguous strides, devices other than cpu / cuda / pinned
+  // host, a read-only array where the call writes, and objects that are not tensors.
+  TensorView import(py::handle obj, const ArgSpec& spec);
+  // The call took effect: consume the imported capsules.
+  void commit() { committed_ = true; }
 
  private:
-  std::vector<DlManagedTensor*> owned_;
+  TensorView import_unchecked(py::handle obj, const ArgSpec& spec);
+
+  std::vector<py::object> capsules_;  // every capsule imported, in order
+  bool committed_ = false;
 };
 
 // One output view plus whatever must stay alive while a consumer uses its memory.

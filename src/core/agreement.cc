@@ -27,6 +27,8 @@ const char* to_string(CallKind kind) {
   switch (kind) {
     case CallKind::kDispatch: return "dispatch";
     case CallKind::kCombine: return "combine";
+    case CallKind::kLowLatencyDispatch: return "low_latency_dispatch";
+    case CallKind::kLowLatencyCombine: return "low_latency_combine";
   }
   return "unknown call";
 }

@@ -17,7 +17,9 @@ namespace moe_ep {
 // What one rank says at the start of a collective step.
 struct StepVerdict {
   CallKind kind = CallKind::kDispatch;
-  uint64_t call = 0;  // dispatch #n is the op's n-th successful dispatch; combine #n combines it
+  // dispatch #n is the op's n-th successful dispatch, combine #n combines it; the low-latency
+  // kinds count low-latency dispatches the same way, separately.
+  uint64_t call = 0;
   std::string error;  // empty: this rank accepted its arguments; else why it rejected them
 };
 

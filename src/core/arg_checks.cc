@@ -1,4 +1,4 @@
-// Host checks of dispatch and combine arguments; see arg_checks.h.
+// Host checks of the arguments of dispatch, combine and decode mode; see arg_checks.h.
 #include "core/arg_checks.h"
 
 #include <string>
@@ -97,6 +97,39 @@ void check_combine_args(const OpConfig& config, const Handle& latest, const Hand
                    ", num_recv=", latest.num_recv);
   check_matrix("y", y, ScalarType::kBFloat16, handle.num_recv, "handle.num_recv", config.hidden,
                "hidden", device);
+  check_matrix("out", out, ScalarType::kBFloat16, handle.num_tokens, "handle.num_tokens",
+               config.hidden, "hidden", device);
+}
+
+void check_low_latency_combine_args(const OpConfig& config, int world_size,
+                                    const LowLatencyHandle& latest, const LowLatencyHandle& handle,
+                                    const TensorView& y, const TensorView& out, ArgDevice device) {
+  MOE_EP_CHECK_ARG(handle.op_uid == latest.op_uid, "handle belongs to op uid ", handle.op_uid,
+                   ", not to this op (uid ", latest.op_uid, ")");
+  MOE_EP_CHECK_ARG(latest.call_seq > 0, "handle.call_seq=", handle.call_seq, " but op uid ",
+                   latest.op_uid, " has not made a low-latency dispatch yet");
+  MOE_EP_CHECK_ARG(handle.call_seq == latest.call_seq, "handle is from low-latency dispatch call ",
+                   handle.call_seq, " of op uid ", latest.op_uid,
+                   ", but the latest low-latency dispatch is call ", latest.call_seq,
+                   "; low_latency_combine takes the handle of the latest low-latency dispatch");
+  MOE_EP_CHECK_ARG(handle.num_tokens == latest.num_tokens,
+                   "handle has num_tokens=", handle.num_tokens, " but low-latency dispatch call ",
+                   latest.call_seq, " had num_tokens=", latest.num_tokens);
+
+  const int64_t local_experts = config.num_experts / world_size;
+  const int64_t slab_rows = static_cast<int64_t>(world_size) * config.max_tokens_per_rank;
+  const std::string expected =
+      detail::concat("bf16[", local_experts, ", ", slab_rows, ", ", config.hidden,
+                     "] ([E/W, W*Tmax, hidden] with E/W=", local_experts, ", W*Tmax=", slab_rows,
+                     ", hidden=", config.hidden, ")");
+  MOE_EP_CHECK_ARG(y.defined(), "y is undefined; expected ", expected);
+  check_device("y", y, device);
+  MOE_EP_CHECK_ARG(y.dtype == ScalarType::kBFloat16, "y has dtype ", to_string(y.dtype),
+                   ", expected ", expected);
+  const bool shape_ok = y.ndim == 3 && y.shape[0] == local_experts && y.shape[1] == slab_rows &&
+                        y.shape[2] == config.hidden;
+  MOE_EP_CHECK_ARG(shape_ok, "y=", y.describe(), " has the wrong shape, expected ", expected);
+  MOE_EP_CHECK_ARG(y.data != nullptr, "y is a null pointer; expected ", expected);
   check_matrix("out", out, ScalarType::kBFloat16, handle.num_tokens, "handle.num_tokens",
                config.hidden, "hidden", device);
 }

@@ -1,7 +1,8 @@
-// Host checks of the dispatch and combine arguments shared by every backend (DESIGN 6): shapes,
-// dtypes, devices and handles, O(1), always on. Each failure throws InvalidArgument naming the
-// argument, what it got and what was expected. Data scans (expert ids, non-finite values) are
-// the backends' own: the CPU scans on the host, the CUDA backend in its validate kernel.
+// Host checks of the arguments of dispatch, combine and their decode-mode counterparts, shared by
+// every backend (docs/design.md#errors): shapes, dtypes, devices and handles, O(1), always on.
+// Each failure throws InvalidArgument naming the argument, what it got and what was expected.
+// Data scans (expert ids, non-finite values) are the backends' own: the CPU scans on the host,
+// the CUDA backend in its validate kernel.
 #pragma once
 
 #include <cstdint>
@@ -30,5 +31,13 @@ int64_t check_dispatch_args(const OpConfig& config, const DispatchArgs& args, Ar
 // the op has not dispatched yet), and that y and out match it.
 void check_combine_args(const OpConfig& config, const Handle& latest, const Handle& handle,
                         const TensorView& y, const TensorView& out, ArgDevice device);
+
+// Decode mode: low_latency_dispatch takes the arguments of dispatch (check_dispatch_args). For
+// low_latency_combine, checks that `handle` is `latest`, the handle of this op's latest
+// low-latency dispatch (call_seq 0 before the first), that y is [E/W, W*Tmax, H] bf16 and out
+// [T, H] bf16 for the handle's T.
+void check_low_latency_combine_args(const OpConfig& config, int world_size,
+                                    const LowLatencyHandle& latest, const LowLatencyHandle& handle,
+                                    const TensorView& y, const TensorView& out, ArgDevice device);
 
 }  // namespace moe_ep

@@ -1,10 +1,10 @@
 // The backend-independent part of the op (docs/design.md#configuration, #errors): OpConfig
 // equality and description, the pure configuration check (every rule names the field, its value
-// and the rule), create_op and reject_create, which pick the backend from the communicator, and
-// the per-rank LRU OpCache. The cache is keyed by
-// (group, rank, full configuration); because every rank of a group makes the same get() calls in
-// the same order, every rank creates and evicts the same ops in the same order, which is what
-// makes collective creation and destruction safe.
+// and the rule), create_op and reject_create, which pick the backend from the communicator, the
+// decode-mode calls of backends that lack them (they throw InvalidUsage), and the per-rank LRU
+// OpCache. The cache is keyed by (group, rank, full configuration); because every rank of a group
+// makes the same get() calls in the same order, every rank creates and evicts the same ops in the
+// same order, which is what makes collective creation and destruction safe.
 #include "moe_ep/op.h"
 
 #include <list>
@@ -36,7 +36,7 @@ bool valid_enum(DispatchDtype d) {
   return static_cast<int>(d) <= static_cast<int>(DispatchDtype::fp4);
 }
 bool valid_enum(CombineDtype d) {
-  return static_cast<int>(d) <= static_cast<int>(CombineDtype::fp8_direct_cast);
+  return static_cast<int>(d) <= static_cast<int>(CombineDtype::int8_e3m4);
 }
 
 // hidden must be a multiple of the block size of the format.
@@ -66,6 +66,17 @@ const char* to_string(Backend backend) {
     case Backend::kCuda: return "cuda";
   }
   return "unknown";
+}
+
+LowLatencyDispatchResult Op::low_latency_dispatch(const LowLatencyDispatchArgs& /*args*/) {
+  throw InvalidUsage(
+      detail::concat("decode mode is not implemented by the ", to_string(backend()), " backend"));
+}
+
+void Op::low_latency_combine(const TensorView& /*y*/, const LowLatencyHandle& /*handle*/,
+                             const TensorView& /*out*/, void* /*stream*/) {
+  throw InvalidUsage(
+      detail::concat("decode mode is not implemented by the ", to_string(backend()), " backend"));
 }
 
 bool OpConfig::operator==(const OpConfig& other) const {

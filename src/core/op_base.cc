@@ -16,6 +16,7 @@ uint64_t next_uid() {
 OpBase::OpBase(const OpConfig& config, int rank, int world_size)
     : config_(config), rank_(rank), world_size_(world_size), uid_(next_uid()) {
   latest_.op_uid = uid_;
+  latest_low_latency_.op_uid = uid_;
 }
 
 OpBase::CallScope::CallScope(OpBase& op, CallKind kind) : op_(op) {
@@ -43,7 +44,12 @@ void OpBase::poison_and_throw(const Error& error) {
 StepVerdict OpBase::next_step(CallKind kind) const {
   StepVerdict v;
   v.kind = kind;
-  v.call = kind == CallKind::kDispatch ? latest_.call_seq + 1 : latest_.call_seq;
+  switch (kind) {
+    case CallKind::kDispatch: v.call = latest_.call_seq + 1; break;
+    case CallKind::kCombine: v.call = latest_.call_seq; break;
+    case CallKind::kLowLatencyDispatch: v.call = latest_low_latency_.call_seq + 1; break;
+    case CallKind::kLowLatencyCombine: v.call = latest_low_latency_.call_seq; break;
+  }
   return v;
 }
 

@@ -1,9 +1,10 @@
 // The part of an op every backend shares (docs/design.md#errors,
 // #collective-calls-and-agreement): configuration and identity, the poisoned state and its one
 // path (the first poisoning error is kept; later calls raise "op unusable after: <it>"), the
-// guard that lets one thread at a time into the op, the identity of the next call, the latest
-// dispatch's handle and the aliasing check of inputs against the op's own buffers. A backend
-// derives from it and adds how a step's verdicts travel and how data moves.
+// guard that lets one thread at a time into the op, the identity of the next call, the handles
+// of the latest dispatch and of the latest low-latency dispatch, and the aliasing check of inputs
+// against the op's own buffers. A backend derives from it and adds how a step's verdicts travel
+// and how data moves.
 #pragma once
 
 #include <atomic>
@@ -71,7 +72,8 @@ class OpBase : public Op {
   }
 
   // This rank's statement for its next call of `kind`: dispatch #(latest + 1), or combine of the
-  // latest dispatch; error left empty.
+  // latest dispatch, and the same for the low-latency kinds with the latest low-latency dispatch;
+  // error left empty.
   StepVerdict next_step(CallKind kind) const;
 
   // Rejects (InvalidArgument) an input view that overlaps memory the op owns, naming it: an
@@ -84,6 +86,7 @@ class OpBase : public Op {
   const int world_size_;
   const uint64_t uid_;
   Handle latest_{};  // the latest successful dispatch; call_seq 0 before the first
+  LowLatencyHandle latest_low_latency_{};  // the latest successful low-latency dispatch, likewise
 
  private:
   std::atomic<bool> in_call_{false};

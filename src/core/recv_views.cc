@@ -30,4 +30,30 @@ DispatchResult make_dispatch_result(const OpConfig& config, int world_size, cons
   return r;
 }
 
+LowLatencyDispatchResult make_low_latency_result(const OpConfig& config, int world_size,
+                                                 const LowLatencyRecvBuffers& b,
+                                                 const LowLatencyHandle& handle) {
+  const formats::RowFormat wire = formats::row_format(config.dispatch_dtype, config.hidden);
+  const int64_t local_experts = config.num_experts / world_size;
+  const int64_t slab_rows = static_cast<int64_t>(world_size) * config.max_tokens_per_rank;
+  const DeviceType dev = b.device;
+  const int idx = b.device_index;
+  LowLatencyDispatchResult r;
+  r.handle = handle;
+  r.recv_x = TensorView::tensor3(b.payload, wire.payload_type, local_experts, slab_rows,
+                                 wire.payload_cols, dev, idx);
+  if (wire.has_scales()) {
+    r.recv_x_scales = TensorView::tensor3(b.scales, wire.scale_type, local_experts, slab_rows,
+                                          wire.scale_cols, dev, idx);
+  }
+  r.recv_count = TensorView::vector(b.count, ScalarType::kInt32, local_experts, dev, idx);
+  r.recv_src_rank =
+      TensorView::matrix(b.src_rank, ScalarType::kInt32, local_experts, slab_rows, dev, idx);
+  r.recv_src_token =
+      TensorView::matrix(b.src_token, ScalarType::kInt32, local_experts, slab_rows, dev, idx);
+  r.recv_src_slot =
+      TensorView::matrix(b.src_slot, ScalarType::kInt32, local_experts, slab_rows, dev, idx);
+  return r;
+}
+
 }  // namespace moe_ep

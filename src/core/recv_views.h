@@ -1,6 +1,7 @@
-// Builds the seven views a dispatch returns from the base pointers of one rank's receive
-// buffers, the same way for every backend: shapes and types come from the configuration and
-// the dispatch wire format (formats/row_format.h), so a backend only says where its rows are.
+// Builds the views a dispatch (or a low-latency dispatch) returns from the base pointers of one
+// rank's receive buffers, the same way for every backend: shapes and types come from the
+// configuration and the dispatch wire format (formats/row_format.h), so a backend only says where
+// its rows are.
 #pragma once
 
 #include <cstdint>
@@ -25,5 +26,23 @@ struct RecvBuffers {
 DispatchResult make_dispatch_result(const OpConfig& config, int world_size,
                                     const RecvBuffers& buffers, int64_t num_recv,
                                     const Handle& handle);
+
+// Where one rank's decode-mode slabs live: per local expert e, W*Tmax rows starting at row
+// e * W*Tmax of each array.
+struct LowLatencyRecvBuffers {
+  const void* payload = nullptr;       // [E/W, W*Tmax, payload bytes]
+  const void* scales = nullptr;        // [E/W, W*Tmax, scale bytes], unused without scales
+  const int32_t* count = nullptr;      // [E/W]
+  const int32_t* src_rank = nullptr;   // [E/W, W*Tmax]
+  const int32_t* src_token = nullptr;  // [E/W, W*Tmax]
+  const int32_t* src_slot = nullptr;   // [E/W, W*Tmax]
+  DeviceType device = DeviceType::kCpu;
+  int device_index = 0;
+};
+
+// The views of a low-latency dispatch; every shape comes from the configuration alone.
+LowLatencyDispatchResult make_low_latency_result(const OpConfig& config, int world_size,
+                                                 const LowLatencyRecvBuffers& buffers,
+                                                 const LowLatencyHandle& handle);
 
 }  // namespace moe_ep

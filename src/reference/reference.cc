@@ -1,8 +1,9 @@
-// Plain-loop reference of dispatch, the identity expert and combine. Per wire format F (a trait
-// of formats/codecs.h, chosen with formats::visit_format) rows are encoded with
-// formats::encode_row<F> and decoded element by element with formats::decode_elem<F>; routing,
-// ordering and the sums are written out here. Built with -ffp-contract=off (moe_ep_exact_math):
-// w * v + acc must stay a rounded product and a rounded sum, as in the kernels.
+// Plain-loop reference of dispatch, the identity expert, combine and decode mode's two calls. Per
+// wire format F (a trait of formats/codecs.h, chosen with formats::visit_format) rows are encoded
+// with formats::encode_row<F> and decoded element by element with formats::decode_elem<F>;
+// routing, ordering and the sums are written out here. Built with -ffp-contract=off
+// (moe_ep_exact_math): w * v + acc must stay a rounded product and a rounded sum, as in the
+// kernels.
 #include "reference/reference.h"
 
 #include <algorithm>
@@ -144,6 +145,109 @@ std::vector<uint16_t> combine_for(const Shape& s, const std::vector<DispatchOutp
   return out;
 }
 
+// Decode mode. Expert by expert: for each local expert e of dest, scan every source's tokens in
+// canonical order and give a row to each token that names e, with the first slot naming it.
+template <typename F>
+LowLatencyOutputs low_latency_dispatch_for(const Shape& s, int64_t max_tokens,
+                                           const std::vector<RankInput>& inputs, int dest) {
+  const int experts_per_rank = s.experts / s.ranks;
+  const int64_t row_bytes = formats::payload_bytes_of<F>(s.hidden);
+  RowScales<F> scales(s.hidden);
+  const int64_t scale_row_bytes = scales.bytes();
+  LowLatencyOutputs out;
+  out.slab_rows = s.ranks * max_tokens;
+  const int64_t all_rows = experts_per_rank * out.slab_rows;
+  out.recv_count.assign(experts_per_rank, 0);
+  out.recv_x.assign(all_rows * row_bytes, 0);
+  out.recv_x_scales.assign(all_rows * scale_row_bytes, 0);
+  out.recv_src_rank.assign(all_rows, -1);
+  out.recv_src_token.assign(all_rows, -1);
+  out.recv_src_slot.assign(all_rows, -1);
+  for (int local = 0; local < experts_per_rank; ++local) {
+    const int32_t expert = dest * experts_per_rank + local;
+    for (int src = 0; src < s.ranks; ++src) {
+      const RankInput& in = inputs[src];
+      for (int64_t t = 0; t < in.num_tokens; ++t) {
+        int first_slot = -1;
+        for (int k = s.topk - 1; k >= 0; --k) {
+          if (in.topk_idx[t * s.topk + k] == expert) first_slot = k;
+        }
+        if (first_slot < 0) continue;
+        const int64_t row = local * out.slab_rows + out.recv_count[local]++;
+        uint8_t* payload = out.recv_x.data() + row * row_bytes;
+        if (in.x_payload != nullptr) {  // pre-quantized: the bytes travel as given
+          std::copy(in.x_payload + t * row_bytes, in.x_payload + (t + 1) * row_bytes, payload);
+          if (scale_row_bytes > 0) scales.load(in.x_scales + t * scale_row_bytes);
+        } else {
+          formats::encode_row<F>(in.x + t * s.hidden, s.hidden, payload, scales.data());
+        }
+        const auto* scale_bytes = reinterpret_cast<const uint8_t*>(scales.data());
+        std::copy(scale_bytes, scale_bytes + scale_row_bytes,
+                  out.recv_x_scales.begin() + row * scale_row_bytes);
+        out.recv_src_rank[row] = src;
+        out.recv_src_token[row] = static_cast<int32_t>(t);
+        out.recv_src_slot[row] = first_slot;
+      }
+    }
+  }
+  return out;
+}
+
+// The row of (src, token) in local expert `local`'s slab of `recv`; throws when it has none.
+int64_t slab_row_of(const LowLatencyOutputs& recv, int rank, int local, int src, int64_t token) {
+  for (int64_t i = 0; i < recv.recv_count[local]; ++i) {
+    const int64_t row = local * recv.slab_rows + i;
+    if (recv.recv_src_rank[row] == src && recv.recv_src_token[row] == token) return row;
+  }
+  throw Internal("reference::low_latency_combine: slab " + std::to_string(local) + " of rank " +
+                 std::to_string(rank) + " has no row for token " + std::to_string(token) +
+                 " of rank " + std::to_string(src) + ", which names its expert");
+}
+
+template <typename F>
+std::vector<uint16_t> low_latency_combine_for(const Shape& s, const std::vector<RankInput>& inputs,
+                                              const std::vector<LowLatencyOutputs>& recv,
+                                              const std::vector<std::vector<uint16_t>>& y,
+                                              int src) {
+  const int experts_per_rank = s.experts / s.ranks;
+  const RankInput& in = inputs[src];
+  std::vector<uint8_t> payload(formats::payload_bytes_of<F>(s.hidden));  // one encoded row
+  RowScales<F> scales(s.hidden);
+  std::vector<float> partial(s.hidden);                    // [H] fp32 sum on the expert rank
+  std::vector<uint16_t> p(s.hidden);                       // [H] bf16 partial result
+  std::vector<float> acc(in.num_tokens * s.hidden, 0.0f);  // [T, H] fp32 sums on src
+  for (int r = 0; r < s.ranks; ++r) {
+    const int first_expert = r * experts_per_rank;  // r owns [first, first + E / W)
+    for (int64_t t = 0; t < in.num_tokens; ++t) {
+      const int32_t* slots = in.topk_idx + t * s.topk;      // [K]
+      const float* weights = in.topk_weights + t * s.topk;  // [K]
+      bool held = false;
+      std::fill(partial.begin(), partial.end(), 0.0f);
+      for (int k = 0; k < s.topk; ++k) {
+        const int local = slots[k] - first_expert;
+        if (slots[k] < 0 || local < 0 || local >= experts_per_rank) continue;
+        held = true;
+        const int64_t row = slab_row_of(recv[r], r, local, src, t);
+        const uint16_t* y_row = y[r].data() + row * s.hidden;
+        for (int64_t c = 0; c < s.hidden; ++c) {
+          const float term = weights[k] * formats::bf16_to_float(y_row[c]);
+          partial[c] = partial[c] + term;
+        }
+      }
+      if (!held) continue;  // r never received t
+      for (int64_t c = 0; c < s.hidden; ++c) p[c] = formats::float_to_bf16(partial[c]);
+      formats::encode_row<F>(p.data(), s.hidden, payload.data(), scales.data());
+      for (int64_t c = 0; c < s.hidden; ++c) {
+        const float v = formats::decode_elem<F>(payload.data(), scales.data(), c);
+        acc[t * s.hidden + c] = acc[t * s.hidden + c] + v;
+      }
+    }
+  }
+  std::vector<uint16_t> out(acc.size());  // [T, H] bf16 bits
+  for (size_t i = 0; i < out.size(); ++i) out[i] = formats::float_to_bf16(acc[i]);
+  return out;
+}
+
 }  // namespace
 
 DispatchOutputs dispatch(const Shape& shape, DispatchDtype dtype,
@@ -165,6 +269,47 @@ std::vector<uint16_t> combine(const Shape& shape, CombineDtype dtype,
   return formats::visit_format(dtype, [&](auto format) {
     return combine_for<decltype(format)>(shape, recv, y, src, num_tokens);
   });
+}
+
+LowLatencyOutputs low_latency_dispatch(const Shape& shape, DispatchDtype dtype, int64_t max_tokens,
+                                       const std::vector<RankInput>& inputs, int dest) {
+  return formats::visit_format(dtype, [&](auto format) {
+    return low_latency_dispatch_for<decltype(format)>(shape, max_tokens, inputs, dest);
+  });
+}
+
+std::vector<uint16_t> low_latency_combine(const Shape& shape, CombineDtype dtype,
+                                          const std::vector<RankInput>& inputs,
+                                          const std::vector<LowLatencyOutputs>& recv,
+                                          const std::vector<std::vector<uint16_t>>& y, int src) {
+  return formats::visit_format(dtype, [&](auto format) {
+    return low_latency_combine_for<decltype(format)>(shape, inputs, recv, y, src);
+  });
+}
+
+LowLatencyOutputs copy_low_latency_outputs(const LowLatencyDispatchResult& result,
+                                           const CopyBytes& copy) {
+  LowLatencyOutputs out;
+  out.slab_rows = result.recv_src_rank.defined() ? result.recv_src_rank.shape[1] : 0;
+  out.recv_count = copy_view<int32_t>(result.recv_count, copy);
+  out.recv_x = copy_view<uint8_t>(result.recv_x, copy);
+  out.recv_x_scales = copy_view<uint8_t>(result.recv_x_scales, copy);
+  out.recv_src_rank = copy_view<int32_t>(result.recv_src_rank, copy);
+  out.recv_src_token = copy_view<int32_t>(result.recv_src_token, copy);
+  out.recv_src_slot = copy_view<int32_t>(result.recv_src_slot, copy);
+  // Rows at or past a slab's count are unspecified: zero them.
+  const int64_t slabs = static_cast<int64_t>(out.recv_count.size());
+  const int64_t all_rows = slabs * out.slab_rows;
+  for (std::vector<uint8_t>* bytes : {&out.recv_x, &out.recv_x_scales}) {
+    if (all_rows == 0 || bytes->empty()) continue;
+    const int64_t row_bytes = static_cast<int64_t>(bytes->size()) / all_rows;
+    for (int64_t e = 0; e < slabs; ++e) {
+      const int64_t used = std::clamp<int64_t>(out.recv_count[e], 0, out.slab_rows);
+      std::fill(bytes->begin() + (e * out.slab_rows + used) * row_bytes,
+                bytes->begin() + (e + 1) * out.slab_rows * row_bytes, 0);
+    }
+  }
+  return out;
 }
 
 DispatchOutputs copy_outputs(const DispatchResult& result, const CopyBytes& copy) {

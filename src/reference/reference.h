@@ -1,12 +1,13 @@
-// The one plain-loop reference of dispatch -> identity expert -> combine that the gtests and
-// `moe-ep bench --check` compare the library with, bit for bit. It shares only the wire codecs
+// The one plain-loop reference of dispatch -> identity expert -> combine, and of decode mode's
+// low_latency_dispatch and low_latency_combine, that the gtests and `moe-ep bench --check`
+// compare the library with, bit for bit. It shares only the wire codecs
 // (formats/codecs.h: encode_row, decode_elem and the facts of each format) with the library;
-// routing, the canonical row order, the identity expert and the combine sum are written out here
-// again in plain loops over ranks, tokens and slots (docs/design.md: Dispatch, Combine,
-// Determinism and bit-exactness), so a bug in src/core or a backend cannot hide by being
-// repeated in the expectation. Its functions take plain host arrays and structs. The header also
-// holds copy_outputs, which copies what an op's dispatch returned into the same owned struct, so
-// that both sides are compared field by field.
+// routing, the canonical row order, the identity expert and the combine sums are written out
+// here again in plain loops over ranks, tokens and slots (docs/design.md: Dispatch, Combine,
+// Decode mode, Determinism and bit-exactness), so a bug in src/core or a backend cannot hide by
+// being repeated in the expectation. Its functions take plain host arrays and structs. The header
+// also holds copy_outputs and copy_low_latency_outputs, which copy what an op's dispatch returned
+// into the same owned structs, so that both sides are compared field by field.
 #pragma once
 
 #include <cstddef>
@@ -75,6 +76,38 @@ std::vector<uint16_t> combine(const Shape& shape, CombineDtype dtype,
                               const std::vector<std::vector<uint16_t>>& y, int src,
                               int64_t num_tokens);
 
+// Decode mode (docs/decode-mode.md): everything low_latency_dispatch returns on one rank, as
+// owned host arrays of the fixed shapes. Rows at or past a slab's count are zero bytes in recv_x
+// and recv_x_scales (the op leaves them unspecified; copy_low_latency_outputs zeroes them) and -1
+// in the source arrays (the op writes -1 there).
+struct LowLatencyOutputs {
+  int64_t slab_rows = 0;                // W * Tmax, rows per slab
+  std::vector<int32_t> recv_count;      // [E/W]
+  std::vector<uint8_t> recv_x;          // [E/W, W*Tmax, payload bytes per row]
+  std::vector<uint8_t> recv_x_scales;   // [E/W, W*Tmax, scale bytes per row] raw bytes
+  std::vector<int32_t> recv_src_rank;   // [E/W, W*Tmax]
+  std::vector<int32_t> recv_src_token;  // [E/W, W*Tmax]
+  std::vector<int32_t> recv_src_slot;   // [E/W, W*Tmax]
+};
+
+// What rank `dest` must hold after a low-latency dispatch of the inputs of all ranks, with
+// max_tokens (Tmax) rows per source in every slab: for each local expert e, one row per (source
+// rank s, token t) that names e in an unmasked slot, s ascending then t ascending from row 0,
+// with its dispatch-format row, s, t and the first slot naming e.
+LowLatencyOutputs low_latency_dispatch(const Shape& shape, DispatchDtype dtype, int64_t max_tokens,
+                                       const std::vector<RankInput>& inputs, int dest);
+
+// What low_latency_combine must return on source rank `src`, given every rank's slabs recv[r]
+// and expert output y[r] ([E/W, W*Tmax, H] bf16 bits): on each rank r that holds token t,
+// p = bf16(sum over t's unmasked slots k ascending whose expert e_k is r's, of
+// w_k * float(y_r[e_k][row of (src, t)])) in fp32 from 0.0f, product then add; then out[t] =
+// bf16(sum over those r ascending of decode(encode(p))) in fp32 from 0.0f; zeros for a token no
+// rank holds. Throws moe_ep::Internal when a slab lacks the row of a token that names it.
+std::vector<uint16_t> low_latency_combine(const Shape& shape, CombineDtype dtype,
+                                          const std::vector<RankInput>& inputs,
+                                          const std::vector<LowLatencyOutputs>& recv,
+                                          const std::vector<std::vector<uint16_t>>& y, int src);
+
 // Copies `n` bytes from a view's memory to the host: memcpy for host memory (host_copy); the
 // GPU tests and the bench pass a device-to-host copy.
 using CopyBytes = std::function<void(void* dst, const void* src, size_t n)>;
@@ -90,5 +123,10 @@ std::vector<T> copy_view(const TensorView& v, const CopyBytes& copy = host_copy)
 
 // Every output of one rank's dispatch, copied into owned memory (each view whole).
 DispatchOutputs copy_outputs(const DispatchResult& result, const CopyBytes& copy = host_copy);
+
+// Every output of one rank's low-latency dispatch, copied whole, with the unspecified payload and
+// scale rows (at or past each slab's count) zeroed so that whole arrays compare.
+LowLatencyOutputs copy_low_latency_outputs(const LowLatencyDispatchResult& result,
+                                           const CopyBytes& copy = host_copy);
 
 }  // namespace moe_ep::reference

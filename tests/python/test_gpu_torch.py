@@ -277,10 +277,29 @@ def check_bad_dispatch_args(rk, op):
     x_d, idx_d, w_d = x.to(dev), idx.to(dev), weights.to(dev)
     rk.expect_value_error("x", lambda: op.dispatch(x, idx_d, w_d))  # on the CPU
     rk.expect_value_error("x", lambda: op.dispatch(x_d.float(), idx_d, w_d))
-    rk.expect_value_error("topk_idx", lambda: op.dispatch(x_d, idx_d.long(), w_d))
+    rk.expect_value_error("x", lambda: op.dispatch(x_d.half(), idx_d, w_d))
+    rk.expect_value_error("topk_idx", lambda: op.dispatch(x_d, idx_d.short(), w_d))
     rk.expect_value_error("topk_idx", lambda: op.dispatch(x_d, idx, w_d))  # on the CPU
     rk.expect_value_error("topk_weights", lambda: op.dispatch(x_d, idx_d, w_d.double()))
     rk.expect_value_error("topk_weights", lambda: op.dispatch(x_d, idx_d, weights))  # on the CPU
+
+
+def check_int64_ids(rk, op, case=3):
+    """int64 topk_idx (what torch's topk gives) has the outputs of the int32 ids; op is an
+    fp8/bf16 op."""
+    c = reference_case(rk.seed, case, rk.world_size)
+    x, idx, weights = c["inputs"][rk.rank]
+    _, recvs, outs = expected(rk.seed, case, rk.world_size, "fp8", "bf16", False)
+    want = recvs[rk.rank]
+    dev = rk.device
+    recv, handle = op.dispatch(x.to(dev), idx.to(dev).long(), weights.to(dev))
+    tag = f"[fp8/bf16 case {case} int64 topk_idx]"
+    rk.expect(tag + " recv_x", recv.recv_x, want["recv_x"], torch.float8_e4m3fn)
+    rk.expect(tag + " recv_topk_idx", recv.recv_topk_idx, want["recv_topk_idx"], torch.int32)
+    rk.expect(tag + " recv_src_token", recv.recv_src_token, want["recv_src_token"], torch.int32)
+    out = op.combine(c["ys"][rk.rank].to(dev), handle)
+    op.synchronize()
+    rk.expect(tag + " out", out, outs[rk.rank], torch.bfloat16)
 
 
 def run_rank(rk, moe_ep, group):
@@ -308,6 +327,7 @@ def run_rank(rk, moe_ep, group):
     run_case(rk, op, "fp8", "bf16", 0, prequant=True)
     # Bad arguments raise ValueError and leave the op usable.
     check_bad_dispatch_args(rk, op)
+    check_int64_ids(rk, op)
     run_case(rk, op, "fp8", "bf16", 2, bad_combine=True)
 
 

@@ -38,7 +38,7 @@ void CpuOp::combine(const Handle& handle, const TensorView& y, const TensorView&
   guarded([&] {
     send_combine_rows(y);
     sync("combine/exchange");  // every partial result has landed
-    receive_combine(out);
+    receive_combine(plan_, latest_.num_tokens, out);
   });
 }
 
@@ -62,20 +62,20 @@ void CpuOp::send_combine_rows(const TensorView& y) {
   });
 }
 
-// Receiver role: out[t] = bf16(sum over destination ranks r of t, ascending, of decode(row(r, t)))
-// with the sum in fp32 starting from 0.0f.
-void CpuOp::receive_combine(const TensorView& out) {
+// Receiver role, in both modes: out[t] = bf16(sum over the destination ranks r of t in `plan`,
+// ascending, of decode(row(r, t))) with the sum in fp32 starting from 0.0f.
+void CpuOp::receive_combine(const SendPlan& plan, int64_t num_tokens, const TensorView& out) {
   const int64_t h = config_.hidden;
   const int64_t max_tokens = config_.max_tokens_per_rank;
   const int64_t payload = payload_bytes(config_.combine_dtype, h);  // bytes per row
   const int64_t scales = scale_bytes(config_.combine_dtype, h);     // bytes per row
   const RankBuffers& mine = shared_->buffers[rank_];
-  std::vector<float> sums(latest_.num_tokens * h, 0.0f);  // [num_tokens, hidden]
-  std::vector<float> decoded(h);                          // [hidden]
+  std::vector<float> sums(num_tokens * h, 0.0f);  // [num_tokens, hidden]
+  std::vector<float> decoded(h);                  // [hidden]
   formats::visit_format(config_.combine_dtype, [&](auto format) {
     using F = decltype(format);
     for (int r = 0; r < world_size_; ++r) {
-      for (const int32_t t : plan_.tokens_per_dest[r]) {
+      for (const int32_t t : plan.tokens_per_dest[r]) {
         const int64_t row = r * max_tokens + t;
         formats::decode_row<F>(
             mine.combine_payload.data() + row * payload,
@@ -87,8 +87,7 @@ void CpuOp::receive_combine(const TensorView& out) {
     }
   });
   uint16_t* out_rows = out.ptr<uint16_t>();  // [num_tokens, hidden] bf16
-  for (int64_t i = 0; i < latest_.num_tokens * h; ++i)
-    out_rows[i] = formats::float_to_bf16(sums[i]);
+  for (int64_t i = 0; i < num_tokens * h; ++i) out_rows[i] = formats::float_to_bf16(sums[i]);
 }
 
 }  // namespace moe_ep::cpu_backend

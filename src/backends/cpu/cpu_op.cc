@@ -27,6 +27,31 @@ void allocate_buffers(RankBuffers& buf, const OpConfig& config, int world_size) 
   buf.recv_count_per_local_expert.assign(config.num_experts / world_size, 0);
   buf.combine_payload.assign(rows * payload_bytes(config.combine_dtype, h), 0);
   buf.combine_scales.assign(rows * scale_bytes(config.combine_dtype, h), 0);
+  // Decode mode: staging of W * Tmax rows, and E/W slabs of W * Tmax rows each (E * Tmax rows).
+  const int64_t slab_rows = static_cast<int64_t>(config.num_experts) * config.max_tokens_per_rank;
+  buf.stage_payload.assign(rows * payload_bytes(config.dispatch_dtype, h), 0);
+  buf.stage_scales.assign(rows * scale_bytes(config.dispatch_dtype, h), 0);
+  buf.stage_topk_idx.assign(rows * config.topk, -1);
+  buf.stage_topk_weights.assign(rows * config.topk, 0.0f);
+  buf.stage_src_token.assign(rows, -1);
+  buf.stage_count.assign(world_size, 0);
+  buf.slab_payload.assign(slab_rows * payload_bytes(config.dispatch_dtype, h), 0);
+  buf.slab_scales.assign(slab_rows * scale_bytes(config.dispatch_dtype, h), 0);
+  buf.slab_count.assign(config.num_experts / world_size, 0);
+  buf.slab_src_rank.assign(slab_rows, -1);
+  buf.slab_src_token.assign(slab_rows, -1);
+  buf.slab_src_slot.assign(slab_rows, -1);
+}
+
+// The barrier phases of a call of `kind`.
+const char* publish_phase(CallKind kind) {
+  switch (kind) {
+    case CallKind::kDispatch: return "dispatch/publish";
+    case CallKind::kCombine: return "combine/publish";
+    case CallKind::kLowLatencyDispatch: return "low_latency_dispatch/publish";
+    case CallKind::kLowLatencyCombine: return "low_latency_combine/publish";
+  }
+  return "unknown call/publish";
 }
 
 const CpuCommunicator& cpu_communicator(const std::shared_ptr<Communicator>& comm) {
@@ -106,7 +131,7 @@ void CpuOp::sync(const char* phase) {
 
 void CpuOp::publish_and_settle(const StepVerdict& verdict) {
   my_post().verdict = verdict;
-  sync(verdict.kind == CallKind::kDispatch ? "dispatch/publish" : "combine/publish");
+  sync(publish_phase(verdict.kind));
   std::vector<RankVerdict> others;
   for (int r = 0; r < world_size_; ++r) {
     if (r != rank_) others.push_back(RankVerdict{r, post_of(r).verdict});
@@ -137,7 +162,19 @@ std::vector<MemoryRange> CpuOp::owned_memory() const {
           range(b.recv_src_token),
           range(b.recv_count_per_local_expert),
           range(b.combine_payload),
-          range(b.combine_scales)};
+          range(b.combine_scales),
+          range(b.stage_payload),
+          range(b.stage_scales),
+          range(b.stage_topk_idx),
+          range(b.stage_topk_weights),
+          range(b.stage_src_token),
+          range(b.stage_count),
+          range(b.slab_payload),
+          range(b.slab_scales),
+          range(b.slab_count),
+          range(b.slab_src_rank),
+          range(b.slab_src_token),
+          range(b.slab_src_slot)};
 }
 
 }  // namespace moe_ep::cpu_backend

@@ -1,5 +1,5 @@
-// One rank's CPU op (docs/design.md#dispatch, #combine): the readable reference of dispatch and
-// combine. Each call is the same three steps:
+// One rank's CPU op (docs/design.md#dispatch, #combine, #decode-mode): the readable reference of
+// dispatch and combine in both modes. Each call is the same three steps:
 //   1. check this rank's arguments (never throws for bad input: the verdict is published with
 //      the call's identity), then barrier "<call>/publish": every rank learns every rank's
 //      verdict, call and send counts, and settle_step (core/agreement.h) fails every rank
@@ -33,6 +33,9 @@ class CpuOp : public OpBase {
   DispatchResult dispatch(const DispatchArgs& args) override;
   void combine(const Handle& handle, const TensorView& y, const TensorView& out,
                void* stream = nullptr) override;
+  LowLatencyDispatchResult low_latency_dispatch(const LowLatencyDispatchArgs& args) override;
+  void low_latency_combine(const TensorView& y, const LowLatencyHandle& handle,
+                           const TensorView& out, void* stream = nullptr) override;
   void reject(CallKind kind, const std::string& reason, void* stream = nullptr) override;
 
  private:
@@ -54,10 +57,18 @@ class CpuOp : public OpBase {
   void send_dispatch_rows(const DispatchArgs& args, const SendPlan& plan);
   DispatchResult receive_dispatch();
 
-  // Combine (combine.cc).
+  // Combine (combine.cc). receive_combine serves both modes: out[t] sums the rows of the ranks
+  // that `plan` sent token t to.
   void check_combine_args(const Handle& handle, const TensorView& y, const TensorView& out) const;
   void send_combine_rows(const TensorView& y);
-  void receive_combine(const TensorView& out);
+  void receive_combine(const SendPlan& plan, int64_t num_tokens, const TensorView& out);
+
+  // Decode mode (low_latency.cc).
+  void send_low_latency_tokens(const LowLatencyDispatchArgs& args, const SendPlan& plan);
+  LowLatencyDispatchResult receive_low_latency();
+  void check_low_latency_combine_args(const TensorView& y, const LowLatencyHandle& handle,
+                                      const TensorView& out) const;
+  void send_low_latency_partials(const TensorView& y);
 
   std::shared_ptr<OpShared> shared_;
   const RoutingShape shape_;
@@ -68,6 +79,14 @@ class CpuOp : public OpBase {
   std::vector<std::vector<int64_t>> counts_;  // [W src][W dst] rows of the dispatch
   std::vector<int32_t> route_src_rank_;       // [num_recv] private copy of recv_src_rank
   std::vector<int32_t> route_src_token_;      // [num_recv] private copy of recv_src_token
+
+  // State of the latest successful low-latency dispatch (latest_low_latency_ is the handle), in
+  // private copies: n indexes the received (source rank, token) pairs in canonical order.
+  SendPlan low_latency_plan_;                   // this rank's tokens per destination
+  std::vector<int32_t> low_latency_src_rank_;   // [n]
+  std::vector<int32_t> low_latency_src_token_;  // [n]
+  std::vector<float> low_latency_weights_;      // [n, K] the token's top-k weights
+  std::vector<int64_t> low_latency_slot_rows_;  // [n, K] row of y (e * W*Tmax + row) or -1
 };
 
 }  // namespace moe_ep::cpu_backend

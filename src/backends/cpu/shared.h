@@ -23,7 +23,9 @@
 namespace moe_ep::cpu_backend {
 
 // One rank's receive buffers, allocated by that rank at creation for the worst case: every rank
-// sends it every token (W * Tmax rows). Peers write into them during dispatch and combine.
+// sends it every token (W * Tmax rows; in decode mode W * Tmax rows per local expert as well).
+// Peers write into them during dispatch and combine; normal-mode and decode-mode outputs live in
+// separate buffers, so the calls of the two modes can interleave.
 struct RankBuffers {
   // Dispatch receive side, rows in canonical order (source rank, then source token).
   std::vector<uint8_t> recv_payload;                 // [W * Tmax, dispatch payload bytes]
@@ -34,9 +36,26 @@ struct RankBuffers {
   std::vector<int32_t> recv_src_token;               // [W * Tmax]
   std::vector<int32_t> recv_count_per_local_expert;  // [E / W]
   // Combine receive side: row (r, t) is rank r's partial result for this rank's token t, in the
-  // combine wire format. A token sent to rank r has exactly one row there.
+  // combine wire format. A token sent to rank r has exactly one row there. Both modes' combines
+  // use it: it is written and read within one call.
   std::vector<uint8_t> combine_payload;  // [W, Tmax, combine payload bytes]
   std::vector<uint8_t> combine_scales;   // [W, Tmax, combine scale bytes]
+
+  // Decode mode, staging: row (s, i) is the i-th token (ascending) that source s sends this rank
+  // in a low-latency dispatch, stored once however many of this rank's experts it names.
+  std::vector<uint8_t> stage_payload;     // [W, Tmax, dispatch payload bytes]
+  std::vector<uint8_t> stage_scales;      // [W, Tmax, dispatch scale bytes]
+  std::vector<int32_t> stage_topk_idx;    // [W, Tmax, K] local expert id or -1
+  std::vector<float> stage_topk_weights;  // [W, Tmax, K]
+  std::vector<int32_t> stage_src_token;   // [W, Tmax]
+  std::vector<int32_t> stage_count;       // [W] rows source s staged, written by s
+  // Decode mode, slabs: the receiver's expansion of the staging rows, one slab per local expert.
+  std::vector<uint8_t> slab_payload;    // [E/W, W*Tmax, dispatch payload bytes]
+  std::vector<uint8_t> slab_scales;     // [E/W, W*Tmax, dispatch scale bytes]
+  std::vector<int32_t> slab_count;      // [E/W]
+  std::vector<int32_t> slab_src_rank;   // [E/W, W*Tmax], -1 past the count
+  std::vector<int32_t> slab_src_token;  // [E/W, W*Tmax], -1 past the count
+  std::vector<int32_t> slab_src_slot;   // [E/W, W*Tmax], -1 past the count
 };
 
 // What a rank publishes before a barrier: at creation, whether it could allocate its buffers;

@@ -33,7 +33,14 @@ void WorldState::fail_locked(const std::shared_ptr<Creation>& c, ErrorCode code,
 std::string WorldState::unaccounted_rejection_locked(int rank, const Creation& c) const {
   for (int q = 0; q < world_size_; ++q) {
     const RankState& other = ranks_[q];
-    if (q == rank || c.joined[q] || other.rejected_at <= seen_[rank][q]) continue;
+    // A rejection counts against this creation when this rank has not seen it yet and it was
+    // made at this round or later: ranks that make the same calls count their creation attempts
+    // alike, so a rejection from an earlier round (when this rank rejected or skipped too) is
+    // not about this one.
+    if (q == rank || c.joined[q] || other.rejected_at <= seen_[rank][q] ||
+        other.rejected_at < ranks_[rank].attempts) {
+      continue;
+    }
     std::string difference;
     if (other.reject_config) {
       difference = first_config_difference(config_values(*other.reject_config, world_size_), q,
@@ -151,7 +158,8 @@ void WorldState::reject_create(int rank, const std::string& reason,
     // Seen from the first rank waiting in c; every rank in it fails the same way.
     int observer = 0;
     while (!c->joined[observer]) ++observer;
-    fail_locked(c, ErrorCode::kInvalidArgument, unaccounted_rejection_locked(observer, *c));
+    const std::string rejection = unaccounted_rejection_locked(observer, *c);
+    if (!rejection.empty()) fail_locked(c, ErrorCode::kInvalidArgument, rejection);
   }
 }
 

@@ -129,7 +129,8 @@ __global__ void create_rendezvous_kernel(CreateParams p) {
     tag = ld_acquire_sys(&slot->tag);
     reject_attempt = ld_relaxed_sys(&slot->reject_attempt);
     for (int f = 0; f < kNumConfigFields; ++f) config[f] = __ldcg(&slot->config[f]);
-    if (q != p.rank && reject_attempt > p.seen[q]) {
+    // A peer's rejection not seen yet, made at this round or later (cpu/world.cc says why).
+    if (q != p.rank && reject_attempt > p.seen[q] && reject_attempt >= (p.tag >> 2)) {
       status = kCreatePeerRejected;
     } else if ((tag >> 2) > p.seen[q] && (tag & 3) == kCreateJoining &&
                same_config(config, p.config)) {

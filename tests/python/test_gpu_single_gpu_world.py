@@ -1,0 +1,98 @@
+"""GPU test of moe_ep.single_gpu_world from Python threads: two ranks of the CUDA backend on ONE
+GPU, each driven from its own Python thread and torch stream, with CUDA torch tensors. All 9
+(dispatch, combine) dtype pairs run through get_op (one op cache per rank, LRU of 4, so ops are
+evicted on the way), and every output is compared bit for bit with np_reference.py using the
+inputs and checks of test_gpu_torch.py; then a rank whose Python layer rejects a tensor fails
+both ranks' call with its reason and the op works for the next call, and int64 expert ids give
+the outputs of int32 ones. Skipped without torch, a CUDA GPU or the CUDA backend. The seed is
+printed; MOE_EP_TEST_SEED replays.
+"""
+
+import threading
+
+import pytest
+
+import test_gpu_torch as gpu
+
+torch = gpu.torch
+WORLD_SIZE = 2
+THREAD_TIMEOUT_S = 600
+
+
+def check_rejection(rk, op, seed):
+    """Rank 1 passes float16 x: both ranks' dispatch fails with its reason, then works."""
+    x, idx, weights = gpu.reference_case(seed, 0, WORLD_SIZE)["inputs"][rk.rank]
+    dev = rk.device
+    x_d = x.to(dev).half() if rk.rank == 1 else x.to(dev)
+    try:
+        op.dispatch(x_d, idx.to(dev), weights.to(dev))
+    except ValueError as e:
+        want = ("dispatch: x: dtype torch.float16 is not supported" if rk.rank == 1 else
+                "dispatch aborted: rank 1 rejected its input: x: dtype torch.float16")
+        if want not in str(e):
+            rk.fail(f"rejection: expected {want!r} in the error, got {e}")
+    except Exception as e:  # noqa: BLE001 -- reported, not swallowed
+        rk.fail(f"rejection: expected ValueError, got {type(e).__name__}: {e}")
+    else:
+        rk.fail("rejection: rank 1's float16 x raised nothing")
+    gpu.run_case(rk, op, "fp8", "bf16", 2)  # the op works for the next call
+
+
+def test_single_gpu_world_two_threads_every_dtype_pair(run_ranks):
+    if torch is None:
+        pytest.skip("torch is not importable")
+    if not torch.cuda.is_available() or torch.cuda.device_count() < 1:
+        pytest.skip("needs a CUDA GPU")
+    import moe_ep
+    if not moe_ep.cuda_backend_built():
+        pytest.skip("moe_ep was built without the CUDA backend")
+
+    seed = gpu.choose_seed()
+    world = moe_ep.single_gpu_world(WORLD_SIZE, device=0, timeout_s=120)
+    # After each get_op: an evicted op is freed inside get_op, and freeing device memory waits
+    # for the device, so no rank may have kernels waiting on the other rank's kernels then.
+    gate = threading.Barrier(WORLD_SIZE, timeout=THREAD_TIMEOUT_S)
+
+    def rank_fn(rank):
+        torch.cuda.set_device(0)
+        rk = gpu.Rank(rank, WORLD_SIZE, seed)
+        rk.device = torch.device("cuda", 0)  # every rank on the one GPU
+        stream = torch.cuda.Stream(device=0)  # ranks wait on each other: never one stream
+
+        def get_op(d, c):
+            op = moe_ep.get_op(world[rank], gpu.NUM_EXPERTS, gpu.TOP_K, gpu.HIDDEN,
+                               gpu.MAX_TOKENS, dispatch_dtype=d, combine_dtype=c)
+            gate.wait()
+            return op
+
+        try:
+            with torch.cuda.stream(stream):
+                for d in gpu.DISPATCH_DTYPES:
+                    for c in gpu.COMBINE_DTYPES:
+                        op = get_op(d, c)
+                        if (op.backend, op.rank, op.world_size) != ("cuda", rank, WORLD_SIZE):
+                            rk.fail(f"[{d}/{c}] op.backend/rank/world_size = {op.backend}/"
+                                    f"{op.rank}/{op.world_size}")
+                        for case in (0, 1):
+                            gpu.run_case(rk, op, d, c, case)
+                op = get_op("fp8", "bf16")
+                check_rejection(rk, op, seed)
+                gpu.check_int64_ids(rk, op)
+                gpu.run_case(rk, op, "fp8", "bf16", 4, give_out=True)
+            stream.synchronize()
+        except BaseException:
+            gate.abort()  # the other rank must not wait for this one at the gate
+            raise
+        return rk.errors
+
+    try:
+        results = run_ranks(WORLD_SIZE, rank_fn, timeout_s=THREAD_TIMEOUT_S)
+    except BaseException:
+        # Free the ops unless a rank thread still hangs in one (a clear would wait for it).
+        if not any(t.name.startswith("moe-ep-rank") and t.is_alive()
+                   for t in threading.enumerate()):
+            moe_ep.clear_op_cache()
+        raise
+    moe_ep.clear_op_cache()
+    failures = [f"rank {r}: {e}" for r, errors in enumerate(results) for e in errors[:40]]
+    assert not failures, f"MOE_EP_TEST_SEED={seed}:\n" + "\n".join(failures)
