@@ -37,6 +37,7 @@ InputSpec spec_for(int world_size, int experts, int topk, int hidden, int max_to
   spec.config.max_tokens_per_rank = max_tokens;
   spec.config.dispatch_dtype = pair.dispatch;
   spec.config.combine_dtype = pair.combine;
+  spec.config.low_latency = true;
   return spec;
 }
 

@@ -32,6 +32,7 @@ InputSpec spec_for(int world_size, DtypePair pair) {
   spec.config.max_tokens_per_rank = 6;
   spec.config.dispatch_dtype = pair.dispatch;
   spec.config.combine_dtype = pair.combine;
+  spec.config.low_latency = true;
   spec.mask_prob = 0.0;
   return spec;
 }

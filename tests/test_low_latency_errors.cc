@@ -40,6 +40,7 @@ OpConfig small_config() {
   c.max_tokens_per_rank = 6;
   c.dispatch_dtype = DispatchDtype::fp8;
   c.combine_dtype = CombineDtype::fp8;
+  c.low_latency = true;
   return c;
 }
 
@@ -389,6 +390,22 @@ TEST(LowLatencyErrors, BackendWithoutDecodeModeSaysSo) {
 TEST(LowLatencyErrors, CallKindNames) {
   EXPECT_STREQ(to_string(CallKind::kLowLatencyDispatch), "low_latency_dispatch");
   EXPECT_STREQ(to_string(CallKind::kLowLatencyCombine), "low_latency_combine");
+}
+
+TEST(LowLatencyErrors, DecodeCallsOnAnOpWithoutSlabsAreRejectedOnEveryRank) {
+  OpConfig config = small_config();
+  config.low_latency = false;
+  const std::vector<RankInput> inputs = inputs_for(2, config);
+  std::vector<RankOutcome> outcomes(2);
+  run_ranks(2, [&](int rank, const std::shared_ptr<Communicator>& comm) {
+    auto op = create_op(comm, config);
+    outcomes[rank] = outcome_of([&] { op->low_latency_dispatch(inputs[rank].args()); });
+    op->dispatch(inputs[rank].args());  // normal mode still works
+  });
+  for (int r = 0; r < 2; ++r) {
+    expect_error(outcomes[r], ErrorCode::kInvalidArgument,
+                 {"this op was created with low_latency=false", "OpConfig::low_latency=true"}, r);
+  }
 }
 
 }  // namespace

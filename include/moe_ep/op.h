@@ -44,6 +44,10 @@ struct OpConfig {
   // (docs/design.md#streams-and-the-sm-budget). 0 takes MOE_EP_NUM_SMS, and when that is 0 too,
   // the library default (min(32, SMs of the device) for normal mode). Ignored by the CPU backend.
   int num_sms = 0;
+  // Decode mode (low_latency_dispatch / low_latency_combine, docs/decode-mode.md): the op then
+  // also holds E/W slabs of W * max_tokens_per_rank rows, which normal mode does not need, so an
+  // op allocates them only when asked; decode calls on an op without them are rejected.
+  bool low_latency = false;
 
   bool operator==(const OpConfig& other) const;
   std::string describe() const;

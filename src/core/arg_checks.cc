@@ -101,9 +101,17 @@ void check_combine_args(const OpConfig& config, const Handle& latest, const Hand
                config.hidden, "hidden", device);
 }
 
+void check_low_latency_enabled(const OpConfig& config) {
+  MOE_EP_CHECK_ARG(config.low_latency, "this op was created with low_latency=false (",
+                   config.describe(),
+                   "); decode mode needs an op created with OpConfig::"
+                   "low_latency=true, which allocates its per-expert slabs");
+}
+
 void check_low_latency_combine_args(const OpConfig& config, int world_size,
                                     const LowLatencyHandle& latest, const LowLatencyHandle& handle,
                                     const TensorView& y, const TensorView& out, ArgDevice device) {
+  check_low_latency_enabled(config);
   MOE_EP_CHECK_ARG(handle.op_uid == latest.op_uid, "handle belongs to op uid ", handle.op_uid,
                    ", not to this op (uid ", latest.op_uid, ")");
   MOE_EP_CHECK_ARG(latest.call_seq > 0, "handle.call_seq=", handle.call_seq, " but op uid ",

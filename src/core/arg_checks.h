@@ -32,6 +32,9 @@ int64_t check_dispatch_args(const OpConfig& config, const DispatchArgs& args, Ar
 void check_combine_args(const OpConfig& config, const Handle& latest, const Handle& handle,
                         const TensorView& y, const TensorView& out, ArgDevice device);
 
+// Decode mode needs an op created with OpConfig::low_latency (its slabs are allocated only then).
+void check_low_latency_enabled(const OpConfig& config);
+
 // Decode mode: low_latency_dispatch takes the arguments of dispatch (check_dispatch_args). For
 // low_latency_combine, checks that `handle` is `latest`, the handle of this op's latest
 // low-latency dispatch (call_seq 0 before the first), that y is [E/W, W*Tmax, H] bf16 and out

@@ -83,7 +83,8 @@ bool OpConfig::operator==(const OpConfig& other) const {
   return num_experts == other.num_experts && hidden == other.hidden && topk == other.topk &&
          max_tokens_per_rank == other.max_tokens_per_rank &&
          dispatch_dtype == other.dispatch_dtype && combine_dtype == other.combine_dtype &&
-         instance_id == other.instance_id && num_sms == other.num_sms;
+         instance_id == other.instance_id && num_sms == other.num_sms &&
+         low_latency == other.low_latency;
 }
 
 std::string OpConfig::describe() const {
@@ -94,6 +95,7 @@ std::string OpConfig::describe() const {
      << " combine_dtype=" << (valid_enum(combine_dtype) ? to_string(combine_dtype) : "invalid")
      << " instance_id=" << instance_id;
   if (num_sms != 0) os << " num_sms=" << num_sms;
+  if (low_latency) os << " low_latency=1";
   return os.str();
 }
 

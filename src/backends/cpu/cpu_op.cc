@@ -27,7 +27,9 @@ void allocate_buffers(RankBuffers& buf, const OpConfig& config, int world_size) 
   buf.recv_count_per_local_expert.assign(config.num_experts / world_size, 0);
   buf.combine_payload.assign(rows * payload_bytes(config.combine_dtype, h), 0);
   buf.combine_scales.assign(rows * scale_bytes(config.combine_dtype, h), 0);
-  // Decode mode: staging of W * Tmax rows, and E/W slabs of W * Tmax rows each (E * Tmax rows).
+  // Decode mode, only when asked for: staging of W * Tmax rows, and E/W slabs of W * Tmax rows
+  // each (E * Tmax rows).
+  if (!config.low_latency) return;
   const int64_t slab_rows = static_cast<int64_t>(config.num_experts) * config.max_tokens_per_rank;
   buf.stage_payload.assign(rows * payload_bytes(config.dispatch_dtype, h), 0);
   buf.stage_scales.assign(rows * scale_bytes(config.dispatch_dtype, h), 0);

@@ -33,6 +33,7 @@ LowLatencyDispatchResult CpuOp::low_latency_dispatch(const LowLatencyDispatchArg
   SendPlan plan;
   try {
     int64_t num_tokens = 0;
+    check_low_latency_enabled(config_);
     check_dispatch_args(args, &num_tokens);
     plan = plan_sends(shape_, args.topk_idx.ptr<int32_t>(), num_tokens);
     post.num_tokens = num_tokens;
