@@ -39,14 +39,21 @@ moe_ep_cli_ok(bench_all_masked "# wrong: 0 OK" --
 moe_ep_cli_ok(bench_string_values "fp4      fp8_direct_cast" "# wrong: 0 OK" --
               ${MOE_EP_CLI} bench --ranks 2 --experts 4 --topk 2 --tokens 4
               --dispatch-dtype mxfp4_blockwise --combine-dtype float8_direct_cast ${small})
+moe_ep_cli_ok(bench_int8_e3m4 "bf16     int8_e3m4" "fp4      int8_e3m4" "# wrong: 0 OK" --
+              ${MOE_EP_CLI} bench --ranks 3 --experts 6 --topk 2 --tokens 8 --dispatch-dtype all
+              --combine-dtype int8_e3m4_blockwise ${small})
 moe_ep_cli_ok(bench_auto_fp4 "dispatch dtype auto -> fp4" "combine dtype auto -> fp8"
               "fp4      fp8 " "# wrong: 0 OK" --
               ${MOE_EP_CLI} bench --ranks 2 --experts 4 --topk 2 --tokens 4 --weights fp4
               --dispatch-dtype auto --combine-dtype auto ${small})
-# hidden 2880 is a multiple of 32 (mxfp4) but not of 128 (fp8 blockwise): fp4 + bf16 is valid.
+# hidden 2880 is a multiple of 32 (mxfp4, int8/e3m4) but not of 128 (fp8 blockwise): fp4 + bf16
+# and fp4 + int8/e3m4 are valid.
 moe_ep_cli_ok(bench_hidden_2880_fp4_bf16 "# wrong: 0 OK" --
               ${MOE_EP_CLI} bench --ranks 2 --experts 4 --topk 2 --tokens 2 --hidden 2880
               --dispatch-dtype fp4 --combine-dtype bf16 --iters 1 --warmup 0)
+moe_ep_cli_ok(bench_hidden_2880_fp4_int8_e3m4 "# wrong: 0 OK" --
+              ${MOE_EP_CLI} bench --ranks 2 --experts 4 --topk 2 --tokens 2 --hidden 2880
+              --dispatch-dtype fp4 --combine-dtype int8_e3m4 --iters 1 --warmup 0)
 moe_ep_cli_ok(bench_no_check "# wrong: not checked" --
               ${MOE_EP_CLI} bench --ranks 2 --experts 4 --topk 2 --tokens 4 --no-check ${small})
 moe_ep_cli_ok(bench_baseline_none "# wrong: 0 OK" --
@@ -71,6 +78,8 @@ moe_ep_cli_error(hidden_7100_fp8 2 "--hidden=7100" "128" "float8_blockwise" --
                  ${MOE_EP_CLI} bench --hidden 7100 --dispatch-dtype fp8)
 moe_ep_cli_error(hidden_7100_fp4 2 "--hidden=7100" "32" "mxfp4_blockwise" --
                  ${MOE_EP_CLI} bench --hidden 7100 --dispatch-dtype fp4 --combine-dtype bf16)
+moe_ep_cli_error(hidden_7100_int8_e3m4 2 "--hidden=7100" "32" "int8_e3m4_blockwise" "(combine)" --
+                 ${MOE_EP_CLI} bench --hidden 7100 --dispatch-dtype bf16 --combine-dtype int8_e3m4)
 moe_ep_cli_error(hidden_2880_fp4_fp8 2 "--hidden=2880" "128" "(combine)" --
                  ${MOE_EP_CLI} bench --hidden 2880 --dispatch-dtype fp4 --combine-dtype fp8)
 moe_ep_cli_error(topk_zero 2 "--topk=0" -- ${MOE_EP_CLI} bench --topk 0)
@@ -82,7 +91,7 @@ moe_ep_cli_error(tokens_above_max 2 "--tokens=300" "256" --
                  ${MOE_EP_CLI} bench --tokens 300 --max-tokens 256)
 moe_ep_cli_error(dispatch_dtype_unknown 2 "--dispatch-dtype=fp16" "bf16|fp8|fp4" --
                  ${MOE_EP_CLI} bench --dispatch-dtype fp16)
-moe_ep_cli_error(combine_dtype_unknown 2 "--combine-dtype=fp4" "fp8_direct_cast" --
+moe_ep_cli_error(combine_dtype_unknown 2 "--combine-dtype=fp4" "fp8_direct_cast" "int8_e3m4" --
                  ${MOE_EP_CLI} bench --combine-dtype fp4)
 moe_ep_cli_error(ranks_zero 2 "--ranks=0" -- ${MOE_EP_CLI} bench --ranks 0)
 moe_ep_cli_error(hidden_not_integer 2 "--hidden=abc" "integer" --
@@ -104,6 +113,12 @@ moe_ep_cli_error(config_deprecated_both 2 "MOE_EP_FP8_DISP" "MOE_EP_FP4_DISP" --
                  env MOE_EP_FP8_DISP=1 MOE_EP_FP4_DISP=1 ${MOE_EP_CLI} config)
 moe_ep_cli_error(bench_env_bogus 2 "MOE_EP_COMBINE_DTYPE" "nope" --
                  env MOE_EP_COMBINE_DTYPE=nope ${MOE_EP_CLI} bench)
+# The format study (tools/format_study), quick mode: it runs and prints its seed and the shipped
+# int8/e3m4 row.
+if(TARGET moe-ep-format-study)
+  moe_ep_cli_ok(format_study_quick "seed 1, quick" "int8/e3m4 blockwise (shipped" --
+                $<TARGET_FILE:moe-ep-format-study> --quick)
+endif()
 if(NOT MOE_EP_HAVE_CUDA)
   moe_ep_cli_error(backend_cuda_not_built 2 "--backend=cuda" "without CUDA" --
                    ${MOE_EP_CLI} bench --backend cuda)

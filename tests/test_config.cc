@@ -238,9 +238,10 @@ TEST_F(ConfigKnobs, UnknownDtypeValuesNameVariableValueAndValidValues) {
             "auto|bf16|fp8|fp4|bfloat16|float8_blockwise|mxfp4_blockwise");
   EXPECT_EQ(from_error({{"MOE_EP_COMBINE_DTYPE", "fp4"}}),
             "MOE_EP_COMBINE_DTYPE='fp4' is not a valid value; valid values: "
-            "auto|bf16|fp8|fp8_direct_cast|bfloat16|float8_blockwise|float8_direct_cast");
+            "auto|bf16|fp8|fp8_direct_cast|int8_e3m4|bfloat16|float8_blockwise|"
+            "float8_direct_cast|int8_e3m4_blockwise");
   // A combine-only format for dispatch, wrong case and an empty value are errors too.
-  for (const char* bad : {"fp8_direct_cast", "FP8", ""}) {
+  for (const char* bad : {"fp8_direct_cast", "int8_e3m4", "FP8", ""}) {
     EXPECT_EQ(from_error({{"MOE_EP_DISPATCH_DTYPE", bad}}),
               std::string("MOE_EP_DISPATCH_DTYPE='") + bad +
                   "' is not a valid value; valid values: auto|" + valid_dispatch_values());

@@ -32,14 +32,16 @@ struct CombineNames {
 constexpr CombineNames kCombine[] = {
     {CombineDtype::bf16, "bf16", "bfloat16"},
     {CombineDtype::fp8, "fp8", "float8_blockwise"},
-    {CombineDtype::fp8_direct_cast, "fp8_direct_cast", "float8_direct_cast"}};
+    {CombineDtype::fp8_direct_cast, "fp8_direct_cast", "float8_direct_cast"},
+    {CombineDtype::int8_e3m4, "int8_e3m4", "int8_e3m4_blockwise"}};
 
 TEST(DtypeNames, AllArraysListEveryValueOnceInEnumOrder) {
   ASSERT_EQ(std::size(kAllDispatchDtypes), 3u);
-  ASSERT_EQ(std::size(kAllCombineDtypes), 3u);
-  for (size_t i = 0; i < 3; ++i) {
-    EXPECT_EQ(kAllDispatchDtypes[i], kDispatch[i].dtype);
+  ASSERT_EQ(std::size(kAllCombineDtypes), 4u);
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(kAllDispatchDtypes[i], kDispatch[i].dtype);
+  for (size_t i = 0; i < 4; ++i) {
     EXPECT_EQ(kAllCombineDtypes[i], kCombine[i].dtype);
+    EXPECT_EQ(static_cast<size_t>(kAllCombineDtypes[i]), i);
   }
 }
 
@@ -94,7 +96,8 @@ TEST(DtypeNames, WeightNamesAndRoundTrip) {
 TEST(DtypeNames, ValidValueLists) {
   EXPECT_EQ(valid_dispatch_values(), "bf16|fp8|fp4|bfloat16|float8_blockwise|mxfp4_blockwise");
   EXPECT_EQ(valid_combine_values(),
-            "bf16|fp8|fp8_direct_cast|bfloat16|float8_blockwise|float8_direct_cast");
+            "bf16|fp8|fp8_direct_cast|int8_e3m4|bfloat16|float8_blockwise|float8_direct_cast|"
+            "int8_e3m4_blockwise");
 }
 
 TEST(DtypeNames, ChoiceParsersMapAutoToNullopt) {
@@ -114,8 +117,9 @@ TEST(DtypeNames, UnknownDispatchNamesNameWhatValueAndValidValues) {
   EXPECT_EQ(invalid_argument_message([] { parse_dispatch_choice("fp16", "--dispatch-dtype"); }),
             "--dispatch-dtype='fp16' is not a valid value; valid values: "
             "auto|bf16|fp8|fp4|bfloat16|float8_blockwise|mxfp4_blockwise");
-  // Combine-only format, wrong case and empty text are all unknown for dispatch.
-  for (const char* bad : {"fp8_direct_cast", "float8_direct_cast", "BF16", "Auto", ""}) {
+  // Combine-only formats, wrong case and empty text are all unknown for dispatch.
+  for (const char* bad : {"fp8_direct_cast", "float8_direct_cast", "int8_e3m4",
+                          "int8_e3m4_blockwise", "BF16", "Auto", ""}) {
     SCOPED_TRACE(bad);
     const std::string msg = invalid_argument_message([&] { parse_dispatch_choice(bad); });
     EXPECT_EQ(msg, std::string("dispatch dtype='") + bad +
@@ -128,8 +132,10 @@ TEST(DtypeNames, UnknownDispatchNamesNameWhatValueAndValidValues) {
 TEST(DtypeNames, UnknownCombineNamesNameWhatValueAndValidValues) {
   EXPECT_EQ(invalid_argument_message([] { parse_combine_dtype("fp4", "--combine-dtype"); }),
             "--combine-dtype='fp4' is not a valid value; valid values: "
-            "bf16|fp8|fp8_direct_cast|bfloat16|float8_blockwise|float8_direct_cast");
-  for (const char* bad : {"fp4", "mxfp4_blockwise", "FP8", "fp8-direct-cast", ""}) {
+            "bf16|fp8|fp8_direct_cast|int8_e3m4|bfloat16|float8_blockwise|float8_direct_cast|"
+            "int8_e3m4_blockwise");
+  for (const char* bad : {"fp4", "mxfp4_blockwise", "FP8", "fp8-direct-cast", "int8", "INT8_E3M4",
+                          "int8_e3m4_Blockwise", ""}) {
     SCOPED_TRACE(bad);
     const std::string msg = invalid_argument_message([&] { parse_combine_choice(bad); });
     EXPECT_EQ(msg, std::string("combine dtype='") + bad +
@@ -142,6 +148,7 @@ TEST(DtypeNames, UnknownCombineNamesNameWhatValueAndValidValues) {
 TEST(DtypeSizes, BlockSizes) {
   EXPECT_EQ(kFp8BlockSize, 128);
   EXPECT_EQ(kMxfp4BlockSize, 32);
+  EXPECT_EQ(kInt8E3m4BlockSize, 32);
   EXPECT_EQ(kRowAlignBytes, 16);
   EXPECT_EQ(block_size(DispatchDtype::bf16), 0);
   EXPECT_EQ(block_size(DispatchDtype::fp8), 128);
@@ -149,10 +156,12 @@ TEST(DtypeSizes, BlockSizes) {
   EXPECT_EQ(block_size(CombineDtype::bf16), 0);
   EXPECT_EQ(block_size(CombineDtype::fp8), 128);
   EXPECT_EQ(block_size(CombineDtype::fp8_direct_cast), 0);
+  EXPECT_EQ(block_size(CombineDtype::int8_e3m4), 32);
 }
 
 // Expected per-row sizes, worked out from DESIGN 4: bf16 is 2 B/elem; fp8 is 1 B/elem plus one
-// fp32 per 128; fp8 direct cast 1 B/elem; mxfp4 is 2 elem/B plus one e8m0 byte per 32.
+// fp32 per 128; fp8 direct cast 1 B/elem; mxfp4 is 2 elem/B plus one e8m0 byte per 32; int8/e3m4
+// is 1 B/elem plus one 2-byte bf16 scale word per 32.
 TEST(DtypeSizes, Hidden7168) {
   constexpr int64_t h = 7168;
   EXPECT_EQ(scale_dim(DispatchDtype::bf16, h), 0);
@@ -174,9 +183,12 @@ TEST(DtypeSizes, Hidden7168) {
   EXPECT_EQ(scale_dim(CombineDtype::fp8_direct_cast, h), 0);
   EXPECT_EQ(payload_bytes(CombineDtype::fp8_direct_cast, h), 7168);
   EXPECT_EQ(scale_bytes(CombineDtype::fp8_direct_cast, h), 0);
+  EXPECT_EQ(scale_dim(CombineDtype::int8_e3m4, h), 224);
+  EXPECT_EQ(payload_bytes(CombineDtype::int8_e3m4, h), 7168);
+  EXPECT_EQ(scale_bytes(CombineDtype::int8_e3m4, h), 448);
 }
 
-// 2880 = 90 * 32 = 22.5 * 128: valid for mxfp4 and the unscaled formats, not for fp8 blockwise,
+// 2880 = 90 * 32 = 22.5 * 128: valid for mxfp4, int8/e3m4 and the unscaled formats, not for fp8 blockwise,
 // which op creation must reject (DESIGN 4), so no fp8 blockwise size is asserted here.
 TEST(DtypeSizes, Hidden2880) {
   constexpr int64_t h = 2880;
@@ -195,6 +207,9 @@ TEST(DtypeSizes, Hidden2880) {
   EXPECT_EQ(scale_dim(CombineDtype::fp8_direct_cast, h), 0);
   EXPECT_EQ(payload_bytes(CombineDtype::fp8_direct_cast, h), 2880);
   EXPECT_EQ(scale_bytes(CombineDtype::fp8_direct_cast, h), 0);
+  EXPECT_EQ(scale_dim(CombineDtype::int8_e3m4, h), 90);
+  EXPECT_EQ(payload_bytes(CombineDtype::int8_e3m4, h), 2880);
+  EXPECT_EQ(scale_bytes(CombineDtype::int8_e3m4, h), 180);
 }
 
 // The bytes/elem column of the DESIGN 4 table: (payload + scales) / H.
@@ -212,6 +227,9 @@ TEST(DtypeSizes, BytesPerElementMatchDesignTable) {
   EXPECT_DOUBLE_EQ(per_elem(payload_bytes(CombineDtype::fp8_direct_cast, h),
                             scale_bytes(CombineDtype::fp8_direct_cast, h)),
                    1.0);
+  EXPECT_DOUBLE_EQ(
+      per_elem(payload_bytes(CombineDtype::int8_e3m4, h), scale_bytes(CombineDtype::int8_e3m4, h)),
+      1.0625);
 }
 
 TEST(DtypeSizes, PayloadRowsAreWholeSixteenByteUnits) {

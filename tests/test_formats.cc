@@ -1,7 +1,7 @@
 // Hand-worked, bit-exact vectors for the wire codecs of DESIGN 4 (src/formats/): the scalar
-// conversions (e4m3, e2m1, e8m0, bf16) at their edges (ties, subnormals, saturation, clamping)
-// and whole rows through encode_row/decode_row for each format, including the rule that
-// non-finite input never becomes finite on the wire. Every expected byte and float is written
+// conversions (e4m3, e2m1, e8m0, bf16, int8, e3m4) at their edges (ties, subnormals, saturation,
+// clamping) and whole rows through encode_row/decode_row for each format, including the rule
+// that non-finite input never becomes finite on the wire. Every expected byte and float is written
 // out here with the arithmetic that gives it, from the OCP FP8 / MX v1.0 definitions; nothing is
 // computed by the code under test. Random comparisons against the CUDA headers and error bounds
 // live in test_formats_random.cc.
@@ -19,7 +19,7 @@ namespace {
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr float kInf = std::numeric_limits<float>::infinity();
-constexpr int kHidden = 256;  // 2 fp8 blocks, 8 mxfp4 blocks
+constexpr int kHidden = 256;  // 2 fp8 blocks, 8 mxfp4 or int8/e3m4 blocks
 
 float p2(int e) { return std::ldexp(1.0f, e); }
 
@@ -374,6 +374,153 @@ TEST(Mxfp4, HandWorkedBlocks) {
   EXPECT_TRUE(same_float(6.0f, row.out[224]));
   EXPECT_TRUE(same_float(-6.0f, row.out[225]));
   EXPECT_EQ(row.payload.size(), static_cast<size_t>(kHidden / 2));
+}
+
+// --- int8 / e3m4 blockwise -----------------------------------------------------------------------
+
+TEST(Int8, RoundNearestEvenClampAndNaN) {
+  EXPECT_EQ(int8_satfinite(0.0f), 0x00);
+  EXPECT_EQ(int8_satfinite(-0.0f), 0x00);  // no -0 in int8
+  EXPECT_EQ(int8_satfinite(0.5f), 0x00);   // tie 0 / 1 -> even 0
+  EXPECT_EQ(int8_satfinite(0.5000001f), 0x01);
+  EXPECT_EQ(int8_satfinite(1.5f), 0x02);    // tie 1 / 2 -> 2
+  EXPECT_EQ(int8_satfinite(2.5f), 0x02);    // tie 2 / 3 -> 2
+  EXPECT_EQ(int8_satfinite(-2.5f), 0xfe);   // -2, two's complement
+  EXPECT_EQ(int8_satfinite(126.5f), 0x7e);  // tie 126 / 127 -> 126
+  EXPECT_EQ(int8_satfinite(127.0f), 0x7f);
+  EXPECT_EQ(int8_satfinite(127.49f), 0x7f);
+  EXPECT_EQ(int8_satfinite(1000.0f), 0x7f);   // clamped to 127
+  EXPECT_EQ(int8_satfinite(-1000.0f), 0x81);  // -127: the byte 0x80 (-128) is never written
+  EXPECT_EQ(int8_satfinite(-127.5f), 0x81);
+  EXPECT_EQ(int8_satfinite(kInf), 0x7f);
+  EXPECT_EQ(int8_satfinite(kNaN), 0x00);
+  EXPECT_TRUE(same_float(-127.0f, int8_to_float(0x81)));
+  EXPECT_TRUE(same_float(-128.0f, int8_to_float(0x80)));
+  EXPECT_TRUE(same_float(127.0f, int8_to_float(0x7f)));
+  EXPECT_TRUE(same_float(0.0f, int8_to_float(0x00)));
+}
+
+// e3m4, bias 1: e = 0 -> m/16; e >= 1 -> (16 + m) * 2^(e - 5). Magnitude codes 0..16 are
+// multiples of 1/16 up to 1; each further group of 16 codes is one binade.
+TEST(E3m4, EncodeHandVectors) {
+  EXPECT_EQ(e3m4_satfinite(0.0f), 0x00);
+  EXPECT_EQ(e3m4_satfinite(-0.0f), 0x80);
+  EXPECT_EQ(e3m4_satfinite(1.0f / 16), 0x01);   // smallest subnormal
+  EXPECT_EQ(e3m4_satfinite(1.0f / 32), 0x00);   // tie 0 / 1/16 -> even 0
+  EXPECT_EQ(e3m4_satfinite(3.0f / 32), 0x02);   // tie 1/16 / 2/16 -> even 2
+  EXPECT_EQ(e3m4_satfinite(15.0f / 16), 0x0f);  // largest subnormal
+  EXPECT_EQ(e3m4_satfinite(31.0f / 32), 0x10);  // tie 15/16 / 1 -> even code 0x10 (1.0)
+  EXPECT_EQ(e3m4_satfinite(1.0f), 0x10);        // e = 1, m = 0
+  EXPECT_EQ(e3m4_satfinite(33.0f / 32), 0x10);  // tie 1 / 17/16 -> 0x10
+  EXPECT_EQ(e3m4_satfinite(63.0f / 32), 0x20);  // tie 31/16 / 2 -> 0x20 (2.0): carry into e
+  EXPECT_EQ(e3m4_satfinite(2.0f), 0x20);
+  EXPECT_EQ(e3m4_satfinite(64.0f), 0x70);   // e = 7, m = 0
+  EXPECT_EQ(e3m4_satfinite(66.0f), 0x70);   // tie 64 / 68 -> 64
+  EXPECT_EQ(e3m4_satfinite(70.0f), 0x72);   // tie 68 / 72 -> 72 (m = 2)
+  EXPECT_EQ(e3m4_satfinite(122.0f), 0x7e);  // tie 120 / 124 -> 120 (m = 14)
+  EXPECT_EQ(e3m4_satfinite(124.0f), 0x7f);  // max: (16 + 15) * 4
+  EXPECT_EQ(e3m4_satfinite(126.0f), 0x7f);  // saturates (128 is not a code)
+  EXPECT_EQ(e3m4_satfinite(1e30f), 0x7f);
+  EXPECT_EQ(e3m4_satfinite(-1e30f), 0xff);
+  EXPECT_EQ(e3m4_satfinite(kInf), 0x7f);
+  EXPECT_EQ(e3m4_satfinite(-1.0f), 0x90);
+  EXPECT_EQ(e3m4_satfinite(p2(-130)), 0x00);  // float subnormal input
+}
+
+TEST(E3m4, DecodeHandVectors) {
+  EXPECT_TRUE(same_float(0.0f, e3m4_to_float(0x00)));
+  EXPECT_TRUE(same_float(-0.0f, e3m4_to_float(0x80)));
+  EXPECT_TRUE(same_float(1.0f / 16, e3m4_to_float(0x01)));
+  EXPECT_TRUE(same_float(15.0f / 16, e3m4_to_float(0x0f)));
+  EXPECT_TRUE(same_float(1.0f, e3m4_to_float(0x10)));
+  EXPECT_TRUE(same_float(31.0f / 16, e3m4_to_float(0x1f)));
+  EXPECT_TRUE(same_float(2.0f, e3m4_to_float(0x20)));
+  EXPECT_TRUE(same_float(64.0f, e3m4_to_float(0x70)));
+  EXPECT_TRUE(same_float(124.0f, e3m4_to_float(0x7f)));
+  EXPECT_TRUE(same_float(-124.0f, e3m4_to_float(0xff)));
+  EXPECT_TRUE(same_float(-1.5f, e3m4_to_float(0x98)));
+}
+
+TEST(Int8E3m4, ScaleHelpers) {
+  EXPECT_EQ(bf16_round_up(1.0f), 0x3f80);            // exact: unchanged
+  EXPECT_EQ(bf16_round_up(1.0f + p2(-23)), 0x3f81);  // any bit below bf16 rounds up
+  EXPECT_EQ(bf16_round_up(1.0f + p2(-8)), 0x3f81);   // where nearest-even would go down
+  EXPECT_EQ(bf16_round_up(0.0f), 0x0000);
+  EXPECT_EQ(bf16_round_up(bits_float(1)), 0x0001);  // float subnormal -> bf16 2^-133
+  EXPECT_EQ(clamped_reciprocal(0.5f), 2.0f);
+  EXPECT_EQ(clamped_reciprocal(bf16_to_float(0x0001)), 3.40282347e38f);  // 2^133 overflows
+}
+
+TEST(Int8E3m4, HandWorkedBlocks) {
+  using F = Int8E3m4Wire;
+  Row<F> row(kHidden);
+  auto set = [&](int block, std::initializer_list<float> values) {
+    int i = block * 32;
+    for (float v : values) row.x[i++] = bf(v);
+  };
+  // Block 0: amax 127 -> int8 scale 127/127 = 1 (0x3f80), multiplier 1: codes are the
+  // nearest-even integers. The e3m4 candidate (scale 127/64 = 1.984375) cannot hold the odd
+  // integers 65..113 that fill the block (its step there is 4 * 1.984375), so its squared error
+  // (38.6) is far above int8's (1.25, from the five ties below): int8.
+  set(0, {127.0f, 0.5f, 1.5f, 2.5f, -2.5f, 126.5f, -0.0f});
+  for (int i = 7; i < 32; ++i) row.x[i] = bf(static_cast<float>(65 + 2 * (i - 7)));
+  // Block 1: one element of 64 and small ones. int8 (scale: 64/127 = 0.50394 rounded up to bf16
+  // 0.5078125) loses the small ones; e3m4 (scale 64 * 2^-6 = 1, exact) codes 64 as 0x70 and the
+  // small ones to the 1/16 grid: error 5 * (1/32)^2 + 0.003^2 against int8's 0.079: e3m4.
+  set(1, {64.0f, 1.0f / 32, 3.0f / 32, 31.0f / 32, 33.0f / 32, 63.0f / 32, -1.0f, -0.0f, 0.25f,
+          3.0f / 1024});
+  // Block 2: zeros and -0 -> word 0, codes 0, decoded +0.
+  row.x[64 + 3] = 0x8000;
+  // Block 3: bf16 max alone: int8's error overflows to Inf, e3m4 codes it exactly as 0x70 with
+  // the scale (2 - 2^-7) * 2^121 (0x7c7f): e3m4, word 0xfc7f.
+  row.x[96] = 0x7f7f;
+  // Block 4: NaN; block 5: -Inf -> word 0x7fc0, codes 0, every element decodes to NaN.
+  set(4, {1.0f, kNaN, 2.0f});
+  set(5, {-kInf, 1.0f});
+  // Block 6: amax 2^-133 (bf16 0x0001): both scales round up to 2^-133, whose reciprocal 2^133
+  // overflows and is clamped to FLT_MAX: 2^-133 * FLT_MAX = (2 - 2^-23) * 2^-6 rounds to code 0
+  // in both codes (tied errors): int8, word 0x0001, the element decodes to 0 (the documented
+  // tiny-block deviation).
+  row.x[192 + 5] = 0x0001;
+  // Block 7: -127 and 127 with integers between: int8, scale 1, codes 0x81 / 0x7f.
+  set(7, {-127.0f, 127.0f, 3.0f, -5.0f});
+  row.run();
+
+  const uint16_t words[8] = {0x3f80, 0xbf80, 0x0000, 0xfc7f, 0x7fc0, 0x7fc0, 0x0001, 0x3f80};
+  for (int b = 0; b < 8; ++b) EXPECT_EQ(row.scales[b], words[b]) << "block " << b;
+
+  const uint8_t codes0[7] = {0x7f, 0x00, 0x02, 0x02, 0xfe, 0x7e, 0x00};
+  const float out0[7] = {127.0f, 0.0f, 2.0f, 2.0f, -2.0f, 126.0f, 0.0f};
+  for (int i = 0; i < 7; ++i) {
+    EXPECT_EQ(row.payload[i], codes0[i]) << i;
+    EXPECT_TRUE(same_float(out0[i], row.out[i])) << i;
+  }
+  for (int i = 7; i < 32; ++i) EXPECT_EQ(row.payload[i], 65 + 2 * (i - 7)) << i;
+
+  const uint8_t codes1[10] = {0x70, 0x00, 0x02, 0x10, 0x10, 0x20, 0x90, 0x80, 0x04, 0x00};
+  const float out1[10] = {64.0f, 0.0f, 0.125f, 1.0f, 1.0f, 2.0f, -1.0f, -0.0f, 0.25f, 0.0f};
+  for (int i = 0; i < 10; ++i) {
+    EXPECT_EQ(row.payload[32 + i], codes1[i]) << i;
+    EXPECT_TRUE(same_float(out1[i], row.out[32 + i])) << i;
+  }
+  for (int i = 64; i < 96; ++i) {
+    EXPECT_EQ(row.payload[i], 0x00) << i;
+    EXPECT_TRUE(same_float(0.0f, row.out[i])) << i;  // -0 comes back as +0
+  }
+  EXPECT_EQ(row.payload[96], 0x70);
+  EXPECT_TRUE(same_float(bf16_to_float(0x7f7f), row.out[96]));  // 64 * 0x7c7f, exact
+  for (int i = 128; i < 192; ++i) {
+    EXPECT_EQ(row.payload[i], 0x00) << i;
+    EXPECT_TRUE(std::isnan(row.out[i])) << i;
+  }
+  EXPECT_EQ(row.payload[197], 0x00);
+  EXPECT_TRUE(same_float(0.0f, row.out[197]));
+  EXPECT_EQ(row.payload[224], 0x81);
+  EXPECT_EQ(row.payload[225], 0x7f);
+  EXPECT_TRUE(same_float(-127.0f, row.out[224]));
+  EXPECT_TRUE(same_float(-5.0f, row.out[227]));
+  EXPECT_EQ(row.payload.size(), static_cast<size_t>(kHidden));
+  EXPECT_EQ(row.scales.size(), static_cast<size_t>(kHidden / 32));
 }
 
 // --- bf16 --------------------------------------------------------------------------------------

@@ -1,13 +1,31 @@
-// GPU test of the device-only fast paths of the codecs (label `gpu`): on all 2^32 float bit
-// patterns, the device e2m1 rounding by midpoints must equal the CUDA header's conversion, which
-// tests/test_formats_random.cc ties to the host path. Skips without a GPU.
+// GPU test of the device-only paths of the codecs (label `gpu`): on all 2^32 float bit patterns,
+// the device e2m1 rounding by midpoints must equal the CUDA header's conversion, which
+// tests/test_formats_random.cc ties to the host path; and the packed int8/e3m4 codec of
+// formats/packed.cuh (the kernels' encode, code choice and decode-add) must equal the scalar
+// trait run on the host, bit for bit: every bf16 value at every position of a block (so in every
+// lane and lane slot) over backgrounds that set small, unit, outlier, tiny and huge block scales,
+// and every (code, scale word) pair through the decode-add. Skips visibly without a GPU.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "formats/packed.cuh"
 #include "formats/scalar.h"
 
 namespace moe_ep::formats {
 namespace {
+
+bool have_gpu() {
+  int devices = 0;
+  return cudaGetDeviceCount(&devices) == cudaSuccess && devices > 0;
+}
 
 __global__ void count_e2m1_mismatches(unsigned long long* mismatches, uint32_t* first) {
   const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
@@ -25,10 +43,7 @@ __global__ void count_e2m1_mismatches(unsigned long long* mismatches, uint32_t* 
 }
 
 TEST(GpuFormats, E2m1FastPathEqualsHeaderOnEveryFloat) {
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
-    GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
-  }
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
   unsigned long long* mismatches = nullptr;
   uint32_t* first = nullptr;
   ASSERT_EQ(cudaMalloc(&mismatches, sizeof(*mismatches)), cudaSuccess);
@@ -44,6 +59,171 @@ TEST(GpuFormats, E2m1FastPathEqualsHeaderOnEveryFloat) {
   cudaFree(mismatches);
   cudaFree(first);
   EXPECT_EQ(host_mismatches, 0ull) << "first mismatching float bits 0x" << std::hex << host_first;
+}
+
+// --- int8/e3m4: packed device codec vs the scalar trait ------------------------------------------
+
+using I8 = Int8E3m4Wire;
+constexpr int kBlocksPerValueSweep = 65536;  // one block per bf16 bit pattern
+constexpr int kPositions = 32;               // the swept value's position in its block
+constexpr int kBackgrounds = 5;
+
+// Background values of the 31 other elements (bf16 bits): zeros (the swept value alone sets the
+// scale: every scale bf16 can reach, the zero and non-finite blocks), integers around 1, gaussian
+// values with an outlier (e3m4 blocks), and values near 2^-120 and 2^100.
+std::vector<uint16_t> backgrounds() {
+  std::vector<uint16_t> bg(kBackgrounds * 32, 0);
+  for (int i = 0; i < 32; ++i) {
+    const float z = std::sin(1.0f + 2.7f * static_cast<float>(i));  // fixed, in [-1, 1]
+    bg[1 * 32 + i] = float_to_bf16(static_cast<float>(i % 7) - 3.0f);
+    bg[2 * 32 + i] = float_to_bf16(i == 5 ? 100.0f : z);
+    bg[3 * 32 + i] = float_to_bf16(std::ldexp(z, -120));
+    bg[4 * 32 + i] = float_to_bf16(std::ldexp(z, 100));
+  }
+  return bg;
+}
+
+// Element i of block b in a sweep over one background: block b = pos * 65536 + value.
+__host__ __device__ inline uint16_t sweep_elem(const uint16_t* background, int64_t b, int i) {
+  const int pos = static_cast<int>(b / kBlocksPerValueSweep);
+  return i == pos ? static_cast<uint16_t>(b % kBlocksPerValueSweep) : background[i];
+}
+
+// Each warp step covers 8 blocks (256 elements), lane l holding elements 8(l % 4) .. +7 of block
+// l / 4, exactly as the combine kernel holds a row; num_blocks is a multiple of 8.
+__global__ void encode_int8_e3m4(const uint16_t* background, int64_t num_blocks, uint8_t* codes,
+                                 uint16_t* words) {
+  const int lane = threadIdx.x % 32;
+  const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * blockDim.x / 32;
+  for (int64_t step = warp; step * 8 < num_blocks; step += warps) {
+    const int64_t b = step * 8 + lane / 4;
+    const int first = (lane % 4) * kElemsPerLane;
+    uint16_t e[kElemsPerLane];
+    for (int j = 0; j < kElemsPerLane; ++j) e[j] = sweep_elem(background, b, first + j);
+    const uint4 v = make_uint4(
+        e[0] | static_cast<uint32_t>(e[1]) << 16, e[2] | static_cast<uint32_t>(e[3]) << 16,
+        e[4] | static_cast<uint32_t>(e[5]) << 16, e[6] | static_cast<uint32_t>(e[7]) << 16);
+    const I8::Params p = lane_block_params<I8>(v);
+    const LaneWord<I8> w = lane_encode<I8>(v, p);
+    *reinterpret_cast<LaneWord<I8>*>(codes + b * 32 + first) = w;
+    if (lane % 4 == 0) words[b] = p.stored;
+  }
+}
+
+// The accumulator a decode-add starts from for element e: zero, or +-1.25 * 2^k, so that the
+// rounding of the addition is exercised too.
+__host__ __device__ inline float start_acc(int64_t e) {
+  if (e % 3 == 0) return 0.0f;
+  const float m = (e & 1) ? -1.25f : 1.25f;
+  return m * bits_float(static_cast<uint32_t>(127 - 20 + static_cast<int>(e % 41)) << 23);
+}
+
+// Element e = word * 256 + code: one lane decodes 8 consecutive codes with one scale word.
+__global__ void decode_add_int8_e3m4(float* out) {
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t e0 = t * kElemsPerLane;
+  if (e0 >= 65536ll * 256) return;
+  const uint16_t word = static_cast<uint16_t>(e0 / 256);
+  const uint32_t c0 = static_cast<uint32_t>(e0 % 256);
+  LaneWord<I8> w;
+  w.x = c0 | (c0 + 1) << 8 | (c0 + 2) << 16 | (c0 + 3) << 24;
+  w.y = (c0 + 4) | (c0 + 5) << 8 | (c0 + 6) << 16 | (c0 + 7) << 24;
+  float acc[kElemsPerLane];
+  for (int j = 0; j < kElemsPerLane; ++j) acc[j] = start_acc(e0 + j);
+  lane_decode_add<I8>(w, word, acc);
+  for (int j = 0; j < kElemsPerLane; ++j) out[e0 + j] = acc[j];
+}
+
+// Runs fn(begin, end) over [0, n) on the host's cores.
+template <typename Fn>
+void parallel_for(int64_t n, Fn fn) {
+  const int threads = std::max(1u, std::min(16u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> pool;
+  for (int k = 0; k < threads; ++k) {
+    pool.emplace_back([&, k] { fn(n * k / threads, n * (k + 1) / threads); });
+  }
+  for (std::thread& th : pool) th.join();
+}
+
+TEST(GpuFormats, Int8E3m4PackedEncodeEqualsScalarOnEveryBf16InEveryPosition) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
+  const std::vector<uint16_t> bg = backgrounds();
+  constexpr int64_t kBlocks = static_cast<int64_t>(kPositions) * kBlocksPerValueSweep;
+  uint16_t* d_bg = nullptr;
+  uint8_t* d_codes = nullptr;
+  uint16_t* d_words = nullptr;
+  ASSERT_EQ(cudaMalloc(&d_bg, bg.size() * sizeof(uint16_t)), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&d_codes, kBlocks * 32), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&d_words, kBlocks * sizeof(uint16_t)), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(d_bg, bg.data(), bg.size() * sizeof(uint16_t), cudaMemcpyHostToDevice),
+            cudaSuccess);
+  std::vector<uint8_t> codes(kBlocks * 32);  // [kBlocks, 32] device codes
+  std::vector<uint16_t> words(kBlocks);      // [kBlocks] device scale words
+  int64_t e3m4_blocks = 0;
+  for (int g = 0; g < kBackgrounds; ++g) {
+    encode_int8_e3m4<<<1024, 256>>>(d_bg + g * 32, kBlocks, d_codes, d_words);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(codes.data(), d_codes, codes.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+    ASSERT_EQ(
+        cudaMemcpy(words.data(), d_words, words.size() * sizeof(uint16_t), cudaMemcpyDeviceToHost),
+        cudaSuccess);
+    std::vector<int64_t> first_bad(16, -1);
+    std::vector<int64_t> e3m4(16, 0);
+    std::atomic<int> slot{0};
+    parallel_for(kBlocks, [&](int64_t begin, int64_t end) {
+      const int me = slot++;
+      uint16_t x[32];
+      uint8_t want_codes[32];
+      uint16_t want_word = 0;
+      for (int64_t b = begin; b < end; ++b) {
+        for (int i = 0; i < 32; ++i) x[i] = sweep_elem(&bg[g * 32], b, i);
+        encode_row<I8>(x, 32, want_codes, &want_word);
+        e3m4[me] += I8::is_e3m4(want_word);
+        if (want_word != words[b] || !std::equal(want_codes, want_codes + 32, &codes[b * 32])) {
+          if (first_bad[me] < 0) first_bad[me] = b;
+        }
+      }
+    });
+    for (int k = 0; k < 16; ++k) {
+      e3m4_blocks += e3m4[k];
+      if (first_bad[k] < 0) continue;
+      const int64_t b = first_bad[k];
+      std::ostringstream msg;
+      msg << "background " << g << ", position " << b / kBlocksPerValueSweep << ", value 0x"
+          << std::hex << b % kBlocksPerValueSweep << ": device word 0x" << words[b] << ", codes";
+      for (int i = 0; i < 32; ++i) msg << " " << +codes[b * 32 + i];
+      ADD_FAILURE() << msg.str();
+    }
+  }
+  EXPECT_GT(e3m4_blocks, 0);  // both codes exercised
+  cudaFree(d_bg);
+  cudaFree(d_codes);
+  cudaFree(d_words);
+}
+
+TEST(GpuFormats, Int8E3m4PackedDecodeAddEqualsScalarOnEveryCodeAndWord) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
+  constexpr int64_t kElems = 65536ll * 256;
+  float* d_out = nullptr;
+  ASSERT_EQ(cudaMalloc(&d_out, kElems * sizeof(float)), cudaSuccess);
+  decode_add_int8_e3m4<<<static_cast<int>(kElems / kElemsPerLane / 256), 256>>>(d_out);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::vector<float> out(kElems);
+  ASSERT_EQ(cudaMemcpy(out.data(), d_out, kElems * sizeof(float), cudaMemcpyDeviceToHost),
+            cudaSuccess);
+  cudaFree(d_out);
+  int64_t bad = 0, first = -1;
+  for (int64_t e = 0; e < kElems; ++e) {
+    const float want =
+        start_acc(e) + I8::decode(static_cast<uint8_t>(e % 256), static_cast<uint16_t>(e / 256));
+    const bool same = (is_nan(want) && is_nan(out[e])) || float_bits(want) == float_bits(out[e]);
+    if (!same && bad++ == 0) first = e;
+  }
+  EXPECT_EQ(bad, 0) << "first: word 0x" << std::hex << first / 256 << " code 0x" << first % 256
+                    << ": device " << std::hexfloat << out[first] << ", host "
+                    << start_acc(first) + I8::decode(static_cast<uint8_t>(first % 256),
+                                                     static_cast<uint16_t>(first / 256));
 }
 
 }  // namespace

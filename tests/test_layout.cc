@@ -15,6 +15,7 @@ namespace {
 struct Shape {
   int world, local_experts, topk, max_tokens;
   int64_t payload, scales, combine;  // bytes per row
+  bool low_latency;
 };
 
 // [begin, end) of every region, from the getters only.
@@ -23,10 +24,10 @@ struct Span {
   int64_t begin, end;
 };
 
-std::vector<Span> spans_of(const BufferLayout& l) {
+std::vector<Span> spans_of(const BufferLayout& l, bool low_latency) {
   const int w = l.world_size;
   const int64_t rows = l.max_recv_rows();
-  return {
+  std::vector<Span> spans = {
       {"steps", l.step_offset(0, 0), l.step_offset(1, w - 1) + 16},
       {"reasons", l.reason_offset(0, 0), l.reason_offset(1, w - 1) + kStepReasonBytes},
       {"counts", l.counts_offset(0, 0, 0), l.counts_offset(1, w - 1, w - 1) + 8},
@@ -41,6 +42,14 @@ std::vector<Span> spans_of(const BufferLayout& l) {
       {"combine rows", l.combine_row_offset(0, 0), l.combine_row_offset(w, 0)},
       {"combine flags", l.combine_flag_offset(0, 0), l.combine_flag_offset(w, 0)},
   };
+  if (low_latency) {
+    spans.push_back({"ll steps", l.ll_step_offset(0, 0), l.ll_step_offset(1, w - 1) + 16});
+    spans.push_back({"ll done", l.ll_done_offset(0), l.ll_done_offset(w - 1) + 8});
+    spans.push_back({"ll flags", l.ll_flag_offset(0, 0), l.ll_flag_offset(w, 0)});
+    spans.push_back({"ll stage", l.ll_stage_offset(0, 0), l.ll_stage_offset(w, 0)});
+    spans.push_back({"ll meta", l.ll_meta_offset(0, 0), l.ll_meta_offset(w, 0)});
+  }
+  return spans;
 }
 
 TEST(Layout, RegionsAreAlignedDisjointAndInside) {
@@ -55,10 +64,17 @@ TEST(Layout, RegionsAreAlignedDisjointAndInside) {
     SCOPED_TRACE("world " + std::to_string(s.world) + ", max_tokens " +
                  std::to_string(s.max_tokens));
     const BufferLayout l = BufferLayout::make(s.world, s.local_experts, s.topk, s.max_tokens,
-                                              s.payload, s.scales, s.combine);
+                                              s.payload, s.scales, s.combine, s.low_latency);
+    if (s.low_latency) {
+      EXPECT_GE(l.stage_row_bytes, s.payload + s.scales);
+      EXPECT_GE(l.meta_bytes, 8 * s.topk);
+    } else {
+      EXPECT_EQ(l.offset[BufferLayout::kLlSteps], l.offset[BufferLayout::kEnd])
+          << "decode regions take no memory without low_latency";
+    }
     EXPECT_EQ(l.combine_row_bytes % 16, 0) << "combine rows are whole 16-byte units";
     EXPECT_GE(l.combine_row_bytes, s.combine);
-    const std::vector<Span> spans = spans_of(l);
+    const std::vector<Span> spans = spans_of(l, s.low_latency);
     int64_t previous_end = 0;
     for (const Span& span : spans) {
       SCOPED_TRACE(span.name);

@@ -288,9 +288,10 @@ BenchInputs make_bench_inputs(const BenchPlan& plan) {
     try {
       std::rethrow_exception(errors[r]);
     } catch (const std::bad_alloc&) {
-      throw RunFailure(fmt::format("rank {}: out of host memory making the inputs ({} tokens x "
-                                   "hidden {})",
-                                   r, plan.shape.tokens, plan.shape.hidden));
+      throw RunFailure(
+          fmt::format("rank {}: out of host memory making the inputs ({} tokens x "
+                      "hidden {})",
+                      r, plan.shape.tokens, plan.shape.hidden));
     }
   }
   inputs.remote_rows = count_remote_rows(plan.shape, inputs.ranks);

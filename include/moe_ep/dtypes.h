@@ -1,7 +1,7 @@
 // Wire-format dtypes of the two legs (DESIGN 4-5): the typed enums, their string values, block
 // sizes and the per-row sizes of payload and scales. Parsing accepts the short names (bf16, fp8,
-// fp4, fp8_direct_cast) and the string values (bfloat16, float8_blockwise, ...); an unknown name
-// raises InvalidArgument listing the valid values.
+// fp4, fp8_direct_cast, int8_e3m4) and the string values (bfloat16, float8_blockwise, ...); an
+// unknown name raises InvalidArgument listing the valid values.
 #pragma once
 
 #include <cstdint>
@@ -12,24 +12,25 @@
 namespace moe_ep {
 
 enum class DispatchDtype : uint8_t { bf16, fp8, fp4 };
-enum class CombineDtype : uint8_t { bf16, fp8, fp8_direct_cast };
+enum class CombineDtype : uint8_t { bf16, fp8, fp8_direct_cast, int8_e3m4 };
 // Dtype of the expert weights, which drives the `auto` rule.
 enum class WeightDtype : uint8_t { bf16, fp8, fp4 };
 
-inline constexpr int kFp8BlockSize = 128;   // elements per fp32 scale, fp8 blockwise
-inline constexpr int kMxfp4BlockSize = 32;  // elements per e8m0 scale, mxfp4
-inline constexpr int kRowAlignBytes = 16;   // every payload row is a whole number of 16 B
+inline constexpr int kFp8BlockSize = 128;      // elements per fp32 scale, fp8 blockwise
+inline constexpr int kMxfp4BlockSize = 32;     // elements per e8m0 scale, mxfp4
+inline constexpr int kInt8E3m4BlockSize = 32;  // elements per bf16 scale word, int8/e3m4 blockwise
+inline constexpr int kRowAlignBytes = 16;      // every payload row is a whole number of 16 B
 
 inline constexpr DispatchDtype kAllDispatchDtypes[] = {DispatchDtype::bf16, DispatchDtype::fp8,
                                                        DispatchDtype::fp4};
-inline constexpr CombineDtype kAllCombineDtypes[] = {CombineDtype::bf16, CombineDtype::fp8,
-                                                     CombineDtype::fp8_direct_cast};
+inline constexpr CombineDtype kAllCombineDtypes[] = {
+    CombineDtype::bf16, CombineDtype::fp8, CombineDtype::fp8_direct_cast, CombineDtype::int8_e3m4};
 
 // String values of DESIGN 4 ("bfloat16", "float8_blockwise", ...).
 const char* to_string(DispatchDtype dtype);
 const char* to_string(CombineDtype dtype);
 const char* to_string(WeightDtype dtype);
-// Short names ("bf16", "fp8", "fp4", "fp8_direct_cast").
+// Short names ("bf16", "fp8", "fp4", "fp8_direct_cast", "int8_e3m4").
 const char* short_name(DispatchDtype dtype);
 const char* short_name(CombineDtype dtype);
 

@@ -15,7 +15,7 @@ std::string field_text(int field, int64_t value) {
   if (field == 5 && value >= 0 && value <= static_cast<int64_t>(DispatchDtype::fp4)) {
     return to_string(static_cast<DispatchDtype>(value));
   }
-  if (field == 6 && value >= 0 && value <= static_cast<int64_t>(CombineDtype::fp8_direct_cast)) {
+  if (field == 6 && value >= 0 && value <= static_cast<int64_t>(CombineDtype::int8_e3m4)) {
     return to_string(static_cast<CombineDtype>(value));
   }
   return std::to_string(value);

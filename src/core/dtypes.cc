@@ -1,6 +1,8 @@
 // Dtype names, parsing and per-row sizes (docs/design.md#wire-formats, #configuration).
 #include "moe_ep/dtypes.h"
 
+#include <iterator>
+
 #include "core/check.h"
 #include "formats/row_format.h"
 
@@ -14,9 +16,14 @@ struct Name {
 
 constexpr Name kDispatchNames[] = {
     {"bf16", "bfloat16"}, {"fp8", "float8_blockwise"}, {"fp4", "mxfp4_blockwise"}};
-constexpr Name kCombineNames[] = {
-    {"bf16", "bfloat16"}, {"fp8", "float8_blockwise"}, {"fp8_direct_cast", "float8_direct_cast"}};
+constexpr Name kCombineNames[] = {{"bf16", "bfloat16"},
+                                  {"fp8", "float8_blockwise"},
+                                  {"fp8_direct_cast", "float8_direct_cast"},
+                                  {"int8_e3m4", "int8_e3m4_blockwise"}};
 constexpr Name kWeightNames[] = {{"bf16", "bfloat16"}, {"fp8", "float8"}, {"fp4", "mxfp4"}};
+// One name per enum value, in enum order.
+static_assert(std::size(kDispatchNames) == std::size(kAllDispatchDtypes));
+static_assert(std::size(kCombineNames) == std::size(kAllCombineDtypes));
 
 template <size_t N>
 std::string valid_values(const Name (&names)[N], bool with_auto) {

@@ -12,6 +12,12 @@
 //              topk_idx [W*Tmax][K] int32, topk_weights [W*Tmax][K] fp32,
 //              src_rank [W*Tmax] int32, src_token [W*Tmax] int32
 //   combine    rows [W src][Tmax][payload + scale bytes], ready flags [W src][Tmax] uint64
+//   decode mode only (OpConfig::low_latency; sized 0 otherwise):
+//   ll steps   [2 parities][W src] {info, tag}      the decode calls' own step words
+//   ll done    [W src] uint64                       {step << 32 | T_src}: src's rows landed
+//   ll flags   [W src][Tmax] uint64                 step << 1 | (token t of src comes here)
+//   ll stage   [W src][Tmax][payload + scale bytes] token t of src, once per destination rank
+//   ll meta    [W src][Tmax] {K local ids, K weights} of that token
 #pragma once
 
 #include <cstdint>
@@ -39,6 +45,11 @@ struct BufferLayout {
     kSrcToken,
     kCombineRows,
     kCombineFlags,
+    kLlSteps,
+    kLlDone,
+    kLlFlags,
+    kLlStage,
+    kLlMeta,
     kEnd,
     kNumRegions
   };
@@ -51,12 +62,14 @@ struct BufferLayout {
   int64_t dispatch_payload_bytes = 0;  // per row
   int64_t dispatch_scale_bytes = 0;    // per row
   int64_t combine_row_bytes = 0;       // payload + scales, per row, a multiple of 16
+  int64_t stage_row_bytes = 0;         // decode mode: dispatch payload + scales, multiple of 16
+  int64_t meta_bytes = 0;              // decode mode: K local ids + K weights, multiple of 16
   int64_t offset[kNumRegions] = {};    // start of each region
 
   // Sizes every region for these dimensions; the only place offsets are computed.
   static BufferLayout make(int world_size, int local_experts, int topk, int max_tokens,
                            int64_t dispatch_payload_bytes, int64_t dispatch_scale_bytes,
-                           int64_t combine_payload_and_scale_bytes) {
+                           int64_t combine_payload_and_scale_bytes, bool low_latency = false) {
     BufferLayout l;
     l.world_size = world_size;
     l.local_experts = local_experts;
@@ -65,6 +78,9 @@ struct BufferLayout {
     l.dispatch_payload_bytes = dispatch_payload_bytes;
     l.dispatch_scale_bytes = dispatch_scale_bytes;
     l.combine_row_bytes = (combine_payload_and_scale_bytes + 15) / 16 * 16;
+    l.stage_row_bytes = (dispatch_payload_bytes + dispatch_scale_bytes + 15) / 16 * 16;
+    l.meta_bytes = (8 * static_cast<int64_t>(topk) + 15) / 16 * 16;
+    const int64_t ll = low_latency ? 1 : 0;
     const int64_t w = world_size;
     const int64_t rows = w * max_tokens;
     const int64_t sizes[kNumRegions] = {16 * 2 * w,                     // steps
@@ -80,6 +96,11 @@ struct BufferLayout {
                                         rows * 4,                       // src_token
                                         rows * l.combine_row_bytes,     // combine rows
                                         8 * rows,                       // combine flags
+                                        ll * 16 * 2 * w,                // ll steps
+                                        ll * 8 * w,                     // ll done
+                                        ll * 8 * rows,                  // ll flags
+                                        ll * rows * l.stage_row_bytes,  // ll stage
+                                        ll * rows * l.meta_bytes,       // ll meta
                                         0};                             // end
     int64_t at = 0;
     for (int r = 0; r < kNumRegions; ++r) {
@@ -137,6 +158,21 @@ struct BufferLayout {
   }
   MOE_EP_HD int64_t combine_flag_offset(int src, int64_t token) const {
     return offset[kCombineFlags] + 8 * (static_cast<int64_t>(src) * max_tokens + token);
+  }
+
+  // decode mode
+  MOE_EP_HD int64_t ll_step_offset(int parity, int src) const {
+    return offset[kLlSteps] + 16 * (static_cast<int64_t>(parity) * world_size + src);
+  }
+  MOE_EP_HD int64_t ll_done_offset(int src) const { return offset[kLlDone] + 8 * src; }
+  MOE_EP_HD int64_t ll_flag_offset(int src, int64_t token) const {
+    return offset[kLlFlags] + 8 * (static_cast<int64_t>(src) * max_tokens + token);
+  }
+  MOE_EP_HD int64_t ll_stage_offset(int src, int64_t token) const {
+    return offset[kLlStage] + (static_cast<int64_t>(src) * max_tokens + token) * stage_row_bytes;
+  }
+  MOE_EP_HD int64_t ll_meta_offset(int src, int64_t token) const {
+    return offset[kLlMeta] + (static_cast<int64_t>(src) * max_tokens + token) * meta_bytes;
   }
 };
 

@@ -7,8 +7,10 @@
 //                           the ScalarType a payload row is viewed as, and how many elements one
 //                           of its scalars holds (2 for e2m1 pairs), so columns = elems / that
 //   kScaleType, Scale       the scale's ScalarType and C++ type
+//   kPicksCode              the encoder picks one of two codes per block (int8/e3m4 blockwise)
 // and encodes one block of kBlock elements at a time:
 //   params = Format::block_params(amax, any_nonfinite)  // what the scale carries
+//   params = pick_code<Format>(block, params)           // only where kPicksCode
 //   code_i = Format::encode(x_i, params)
 //   x_i'   = Format::decode(code_i, params.stored)
 // src/formats/row_format.h turns a runtime dtype into these facts; src/formats/packed.cuh holds
@@ -30,6 +32,7 @@ struct Bf16Wire {
   static constexpr int kBitsPerElem = 16;
   static constexpr int kBlock = 0;
   static constexpr bool kIsFp8 = false;
+  static constexpr bool kPicksCode = false;
   static constexpr ScalarType kPayloadType = ScalarType::kBFloat16;
   static constexpr int kElemsPerPayloadScalar = 1;
   static constexpr ScalarType kScaleType = ScalarType::kUInt8;  // no scales
@@ -48,6 +51,7 @@ struct Fp8BlockWire {
   static constexpr int kBitsPerElem = 8;
   static constexpr int kBlock = kFp8BlockSize;
   static constexpr bool kIsFp8 = true;
+  static constexpr bool kPicksCode = false;
   static constexpr ScalarType kPayloadType = ScalarType::kFloat8E4M3;
   static constexpr int kElemsPerPayloadScalar = 1;
   static constexpr ScalarType kScaleType = ScalarType::kFloat32;
@@ -78,6 +82,7 @@ struct Fp8DirectWire {
   static constexpr int kBitsPerElem = 8;
   static constexpr int kBlock = 0;
   static constexpr bool kIsFp8 = true;
+  static constexpr bool kPicksCode = false;
   static constexpr ScalarType kPayloadType = ScalarType::kFloat8E4M3;
   static constexpr int kElemsPerPayloadScalar = 1;
   static constexpr ScalarType kScaleType = ScalarType::kUInt8;  // no scales
@@ -99,6 +104,7 @@ struct Mxfp4Wire {
   static constexpr int kBitsPerElem = 4;
   static constexpr int kBlock = kMxfp4BlockSize;
   static constexpr bool kIsFp8 = false;
+  static constexpr bool kPicksCode = false;
   static constexpr ScalarType kPayloadType = ScalarType::kFloat4E2M1;
   static constexpr int kElemsPerPayloadScalar = 2;  // one byte holds elements 2i (low) and 2i+1
   static constexpr ScalarType kScaleType = ScalarType::kFloat8E8M0;
@@ -124,6 +130,72 @@ struct Mxfp4Wire {
   MOE_EP_HD static float decode(Code c, Scale s) { return e2m1_to_float(c) * e8m0_to_float(s); }
 };
 
+// int8 or e3m4 per block of 32, one bf16 scale word per block whose sign bit says which
+// (docs/formats.md#per-block-rules). Both candidates are computed for every block:
+//   int8: scale s = the smallest bf16 >= amax / 127, codes clamp(rne(x * (1 / s)), -127, 127)
+//   e3m4: scale s = the smallest bf16 >= amax / 64 (exact for amax >= 2^-120, so amax codes as
+//         64), codes e3m4_satfinite(x * (1 / s))
+// and the block keeps the one whose decoded values have the smaller sum of squared errors (ties
+// to int8), the sum taken in fp32 over groups of kPickGroup elements and then pairwise. Uniform
+// int8 steps suit blocks of similar magnitudes; e3m4's relative steps keep the small elements of
+// a block that also holds an outlier. Decode: code value * s, e3m4 where bit 15 of the word is set.
+struct Int8E3m4Wire {
+  static constexpr int kBitsPerElem = 8;
+  static constexpr int kBlock = kInt8E3m4BlockSize;
+  static constexpr bool kIsFp8 = false;
+  static constexpr bool kPicksCode = true;
+  static constexpr ScalarType kPayloadType = ScalarType::kUInt8;  // int8 or e3m4 by block
+  static constexpr int kElemsPerPayloadScalar = 1;
+  static constexpr ScalarType kScaleType = ScalarType::kBFloat16;  // bf16 bits, sign = e3m4
+  using Code = uint8_t;
+  using Scale = uint16_t;
+  static constexpr Scale kE3m4Bit = 0x8000;
+  struct Params {
+    Scale stored = 0;       // scale word of the chosen code: bf16 bits, bit 15 set for e3m4
+    float inv = 0.0f;       // its encode multiplier, 1 / scale clamped to FLT_MAX
+    Scale e3m4_stored = 0;  // the e3m4 candidate's word and multiplier
+    float e3m4_inv = 0.0f;
+  };
+  // A block holding Inf or NaN gets the NaN word 0x7fc0 (int8, all codes 0) and decodes to NaN;
+  // its error sums are NaN, which never compare smaller, so pick keeps it. A zero block gets the
+  // word 0 (int8, codes 0) and decodes to +0; its sums are both 0, a tie, so it stays int8 too.
+  MOE_EP_HD static Params block_params(float amax, bool any_nonfinite) {
+    if (any_nonfinite) return {kBf16NaN, 0.0f, static_cast<Scale>(kBf16NaN | kE3m4Bit), 0.0f};
+    if (amax == 0.0f) return {};
+    const Scale s8 = bf16_round_up(amax / kInt8Max);
+    const Scale s3 = bf16_round_up(amax * 0.015625f);  // amax * 2^-6, exact in float
+    return {s8, clamped_reciprocal(bf16_to_float(s8)), static_cast<Scale>(s3 | kE3m4Bit),
+            clamped_reciprocal(bf16_to_float(s3))};
+  }
+  MOE_EP_HD static bool is_e3m4(Scale s) { return (s & kE3m4Bit) != 0; }
+  MOE_EP_HD static Code encode(uint16_t x_bf16, Params p) {
+    const float v = bf16_to_float(x_bf16) * p.inv;
+    return is_e3m4(p.stored) ? e3m4_satfinite(v) : int8_satfinite(v);
+  }
+  MOE_EP_HD static float decode(Code c, Scale s) {
+    const float scale = bf16_to_float(static_cast<uint16_t>(s & 0x7fffu));
+    return (is_e3m4(s) ? e3m4_to_float(c) : int8_to_float(c)) * scale;
+  }
+  // Adds x's squared error under each candidate (decode(encode(x)) - x, squared, in fp32).
+  MOE_EP_HD static void add_errors(uint16_t x_bf16, const Params& p, float& err_int8,
+                                   float& err_e3m4) {
+    const float x = bf16_to_float(x_bf16);
+    const float d8 = decode(int8_satfinite(x * p.inv), p.stored) - x;
+    const float d3 = decode(e3m4_satfinite(x * p.e3m4_inv), p.e3m4_stored) - x;
+    err_int8 = err_int8 + d8 * d8;
+    err_e3m4 = err_e3m4 + d3 * d3;
+  }
+  // The block's choice from its two error sums: e3m4 only when its sum is smaller (not on ties,
+  // not on NaN sums).
+  MOE_EP_HD static Params pick(Params p, float err_int8, float err_e3m4) {
+    if (err_e3m4 < err_int8) {
+      p.stored = p.e3m4_stored;
+      p.inv = p.e3m4_inv;
+    }
+    return p;
+  }
+};
+
 // Bytes of payload for `n` elements, and the byte at which element `i` starts (n, i even for
 // 4-bit formats: a row never starts or ends inside a byte).
 template <typename F>
@@ -134,6 +206,33 @@ MOE_EP_HD constexpr int64_t payload_bytes_of(int64_t n) {
 template <typename F>
 MOE_EP_HD constexpr int64_t scales_of(int64_t n) {
   return F::kBlock == 0 ? 0 : n / F::kBlock;
+}
+
+// Elements per partial error sum of pick_code: one lane's share in the kernels, whose butterfly
+// shuffles then add the partial sums pairwise, (g0 + g1) + (g2 + g3), as this loop does.
+inline constexpr int kPickGroup = 8;
+
+// The block's code choice of a kPicksCode format: x holds the block's kBlock elements.
+template <typename F>
+MOE_EP_HD typename F::Params pick_code(const uint16_t* x, typename F::Params p) {
+  constexpr int kGroups = F::kBlock / kPickGroup;
+  static_assert(F::kBlock % kPickGroup == 0 && (kGroups & (kGroups - 1)) == 0,
+                "pick_code: the block must be a power-of-two number of groups");
+  float err_int8[kGroups], err_e3m4[kGroups];
+  for (int g = 0; g < kGroups; ++g) {
+    err_int8[g] = 0.0f;
+    err_e3m4[g] = 0.0f;
+    for (int j = 0; j < kPickGroup; ++j) {
+      F::add_errors(x[g * kPickGroup + j], p, err_int8[g], err_e3m4[g]);
+    }
+  }
+  for (int width = 1; width < kGroups; width *= 2) {
+    for (int g = 0; g < kGroups; g += 2 * width) {
+      err_int8[g] = err_int8[g] + err_int8[g + width];
+      err_e3m4[g] = err_e3m4[g] + err_e3m4[g + width];
+    }
+  }
+  return F::pick(p, err_int8[0], err_e3m4[0]);
 }
 
 // Host and device row codec: the reference loops that kernels must match.
@@ -150,7 +249,8 @@ MOE_EP_HD void encode_row(const uint16_t* x, int64_t n, uint8_t* payload,
       amax = max_skip_nan(amax, abs_f(v));
       nonfinite = nonfinite || !is_finite(v);
     }
-    const typename F::Params p = F::block_params(amax, nonfinite);
+    typename F::Params p = F::block_params(amax, nonfinite);
+    if constexpr (F::kPicksCode) p = pick_code<F>(x + b0, p);
     if (F::kBlock != 0) scales[b0 / block] = p.stored;
     for (int64_t i = b0; i < b0 + block; ++i) {
       const typename F::Code c = F::encode(x[i], p);
@@ -205,9 +305,10 @@ decltype(auto) visit_format(CombineDtype dtype, Fn&& fn) {
     case CombineDtype::bf16: return fn(Bf16Wire{});
     case CombineDtype::fp8: return fn(Fp8BlockWire{});
     case CombineDtype::fp8_direct_cast: return fn(Fp8DirectWire{});
+    case CombineDtype::int8_e3m4: return fn(Int8E3m4Wire{});
   }
   throw Internal("visit_format: combine dtype value " + std::to_string(static_cast<int>(dtype)) +
-                 " is not one of bf16, fp8, fp8_direct_cast");
+                 " is not one of bf16, fp8, fp8_direct_cast, int8_e3m4");
 }
 
 }  // namespace moe_ep::formats

@@ -1,8 +1,9 @@
 // Packed device versions of the wire codecs of formats/codecs.h, for the data kernels: a warp
 // walks a row 256 elements at a time, each lane holding 8 consecutive bf16 values (one 16-byte
-// load). Blocks of 128 (fp8) or 32 (mxfp4) elements span 16 or 4 lanes, whose amax is combined
-// with shuffles. The arithmetic per element is exactly F::block_params / encode / decode, so
-// the result equals the scalar codec bit for bit (tests/test_gpu_formats.cu checks it).
+// load). Blocks of 128 (fp8) or 32 (mxfp4, int8/e3m4) elements span 16 or 4 lanes, whose amax
+// (and, for int8/e3m4, the error sums of the code choice) is combined with shuffles. The
+// arithmetic per element is exactly F::block_params / pick_code / encode / decode, so the result
+// equals the scalar codec bit for bit (tests/test_gpu_formats.cu checks it).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -53,7 +54,23 @@ __device__ __forceinline__ typename F::Params lane_block_params(const uint4& v) 
       amax = max_skip_nan(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
       nonfinite |= __shfl_xor_sync(0xffffffffu, nonfinite, offset);
     }
-    return F::block_params(amax, nonfinite != 0);
+    typename F::Params p = F::block_params(amax, nonfinite != 0);
+    if constexpr (F::kPicksCode) {
+      // pick_code: this lane's 8 elements are one group; the butterfly (offset 1, then 2, ...)
+      // adds the groups as (g0 + g1) + (g2 + g3), and IEEE addition commutes, so every lane of
+      // the block ends with the same two sums as the host loop.
+      static_assert(kPickGroup == kElemsPerLane, "pick_code groups must be one lane's elements");
+      float err_int8 = 0.0f, err_e3m4 = 0.0f;
+#pragma unroll
+      for (int j = 0; j < kElemsPerLane; ++j) F::add_errors(lane_elem(v, j), p, err_int8, err_e3m4);
+#pragma unroll
+      for (int offset = 1; offset < kLanesPerBlock; offset *= 2) {
+        err_int8 = err_int8 + __shfl_xor_sync(0xffffffffu, err_int8, offset);
+        err_e3m4 = err_e3m4 + __shfl_xor_sync(0xffffffffu, err_e3m4, offset);
+      }
+      p = F::pick(p, err_int8, err_e3m4);
+    }
+    return p;
   }
 }
 
@@ -112,6 +129,10 @@ __device__ __forceinline__ void lane_decode_add(const LaneWord<F>& w, typename F
       float d;
       if constexpr (F::kBitsPerElem == 16) {
         d = F::decode(lane_elem(w, j), s);
+      } else if constexpr (F::kBitsPerElem == 8) {
+        // byte j of the lane's 8 bytes: bytes 0-3 in .x, 4-7 in .y, lowest byte first
+        const uint32_t word = j < 4 ? w.x : w.y;
+        d = F::decode(static_cast<uint8_t>((word >> (8 * (j & 3))) & 0xffu), s);
       } else {
         d = F::decode(static_cast<uint8_t>((w >> (4 * j)) & 0xf), s);
       }

@@ -1,7 +1,9 @@
 // Scalar conversions shared bit for bit by the CPU reference and the CUDA kernels
 // (docs/design.md#wire-formats).
 // Rounding conversions to e4m3 and e2m1 call the CUDA headers' functions (they run on the host
-// too); exact decodes and the bf16 rounding are written out here so both sides run the same code.
+// too); exact decodes, the bf16 rounding and the int8 and e3m4 roundings (round to nearest even
+// integer: the host's nearbyint, the GPU's cvt.rni) are written out here so both sides run the
+// same code.
 // The CUDA build uses -fmad=false, so no a*b+c in this file is contracted to an FMA on the GPU.
 #pragma once
 
@@ -18,6 +20,8 @@ namespace moe_ep::formats {
 
 inline constexpr float kE4m3Max = 448.0f;
 inline constexpr float kE2m1Max = 6.0f;
+inline constexpr float kE3m4Max = 124.0f;  // (16 + 15) * 2^2, the largest e3m4 (bias 1) value
+inline constexpr float kInt8Max = 127.0f;  // symmetric int8: codes -127 .. 127
 inline constexpr uint8_t kE4m3NaN = 0x7f;
 inline constexpr uint8_t kE8m0NaN = 0xff;
 inline constexpr uint8_t kE8m0One = 127;  // 2^0
@@ -131,6 +135,66 @@ MOE_EP_HD float e8m0_to_float(uint8_t b) {
   if (b == kE8m0NaN) return bits_float(0x7fc00000u);
   if (b == 0) return bits_float(0x00400000u);
   return bits_float(static_cast<uint32_t>(b) << 23);
+}
+
+// 2^n for -126 <= n <= 127, exact.
+MOE_EP_HD float exp2i(int n) { return bits_float(static_cast<uint32_t>(n + 127) << 23); }
+
+// The smallest bf16 at or above a float x >= 0 (finite, below the largest bf16): a scale rounded
+// up, so that amax / scale never exceeds the code range. Exact when x is a bf16 value.
+MOE_EP_HD uint16_t bf16_round_up(float x) {
+  return static_cast<uint16_t>((float_bits(x) + 0xffffu) >> 16);
+}
+
+// 1 / s for s > 0, clamped to FLT_MAX where it overflows (s < 2^-128): an encode multiplier that
+// keeps zeros zero.
+MOE_EP_HD float clamped_reciprocal(float s) {
+  const float r = 1.0f / s;
+  return is_finite(r) ? r : 3.40282347e38f;
+}
+
+// Round to the nearest integer, ties to even, for |y| <= 2^22: the GPU's cvt.rni, the host's
+// nearbyint in the default rounding mode.
+MOE_EP_HD int rne_int(float y) {
+#ifdef __CUDA_ARCH__
+  return __float2int_rn(y);
+#else
+  return static_cast<int>(std::nearbyint(y));
+#endif
+}
+
+// Symmetric int8: y rounded to the nearest integer (ties to even) after clamping to [-127, 127],
+// as a two's complement byte; NaN gives 0. The byte 0x80 (-128) is never produced.
+MOE_EP_HD uint8_t int8_satfinite(float y) {
+  if (is_nan(y)) return 0;
+  y = y > kInt8Max ? kInt8Max : (y < -kInt8Max ? -kInt8Max : y);
+  return static_cast<uint8_t>(static_cast<int8_t>(rne_int(y)));
+}
+
+MOE_EP_HD float int8_to_float(uint8_t q) { return static_cast<float>(static_cast<int8_t>(q)); }
+
+// e3m4 with bias 1 and no Inf or NaN: bit 7 the sign, then eee mmmm. e = 0: m * 2^-4 (subnormal,
+// step 1/16); e >= 1: (16 + m) * 2^(e - 5), i.e. (1 + m/16) * 2^(e - 1), up to 124. As a
+// magnitude code, c = 16k + round(|x| * 2^(4 - k)) with k = max(floor(log2 |x|), 0): the
+// subnormal/normal boundary and a mantissa carrying into the next exponent need no special case.
+// Rounds to nearest, ties to the even code; |x| above 124 saturates to 124, and so does NaN (only
+// the discarded e3m4 candidate of a non-finite block passes one). The multiply by 2^(4 - k) is
+// exact.
+MOE_EP_HD uint8_t e3m4_satfinite(float x) {
+  const uint32_t sign = (float_bits(x) >> 24) & 0x80u;
+  float a = abs_f(x);
+  a = a <= kE3m4Max ? a : kE3m4Max;
+  const int biased = static_cast<int>(float_bits(a) >> 23);  // the sign bit is clear
+  const int k = biased > 127 ? biased - 127 : 0;             // 0 .. 6
+  const int code = 16 * k + rne_int(a * exp2i(4 - k));       // 0 .. 127
+  return static_cast<uint8_t>(sign | static_cast<uint32_t>(code));
+}
+
+// Exact: every e3m4 value is a float.
+MOE_EP_HD float e3m4_to_float(uint8_t q) {
+  const int e = (q >> 4) & 7, m = q & 15;
+  const float v = static_cast<float>(e != 0 ? 16 + m : m) * exp2i((e != 0 ? e : 1) - 5);
+  return (q & 0x80) ? -v : v;
 }
 
 // floor(log2(a)) for finite a > 0, subnormals included.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Usage: bench_json.sh MOE_EP WORKDIR
-# Runs a small checked `moe-ep bench --json` over all 9 dtype pairs and checks the JSON with
+# Runs a small checked `moe-ep bench --json` over every dtype pair and checks the JSON with
 # check_bench_json.py, with the default activation scale (x_std 0.02, docs/bench.md): the
 # identity expert's outputs (w * x, about 0.01) reach the e4m3 subnormal range, where fp8 direct
 # cast loses precision and blockwise scaling does not.

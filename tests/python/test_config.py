@@ -22,7 +22,8 @@ import moe_ep
 
 D, C, Wt = moe_ep.DispatchDtype, moe_ep.CombineDtype, moe_ep.WeightDtype
 VALID_DISPATCH = "bf16|fp8|fp4|bfloat16|float8_blockwise|mxfp4_blockwise"
-VALID_COMBINE = "bf16|fp8|fp8_direct_cast|bfloat16|float8_blockwise|float8_direct_cast"
+VALID_COMBINE = ("bf16|fp8|fp8_direct_cast|int8_e3m4|bfloat16|float8_blockwise|float8_direct_cast|"
+                 "int8_e3m4_blockwise")
 VALID_BOOL = "1|0|true|false|yes|no|on|off (case-insensitive)"
 DEPRECATED_SOURCE = "deprecated env"  # C++ to_string(DtypeSource::kDeprecatedEnv)
 
@@ -60,7 +61,7 @@ def test_enums_have_the_contract_names_and_string_values():
         ("bf16", "bfloat16"), ("fp8", "float8_blockwise"), ("fp4", "mxfp4_blockwise")]
     assert [(m.name, m.value) for m in C] == [
         ("bf16", "bfloat16"), ("fp8", "float8_blockwise"),
-        ("fp8_direct_cast", "float8_direct_cast")]
+        ("fp8_direct_cast", "float8_direct_cast"), ("int8_e3m4", "int8_e3m4_blockwise")]
     assert [m.name for m in Wt] == ["bf16", "fp8", "fp4"]
     assert D("float8_blockwise") is D.fp8 and C["fp8_direct_cast"].value == "float8_direct_cast"
 

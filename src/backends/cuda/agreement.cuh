@@ -21,13 +21,6 @@
 
 namespace moe_ep::cuda_backend {
 
-// Copies n bytes with 8-byte loads and stores (both ends are 8-byte aligned).
-__device__ __forceinline__ void copy_words(void* dst, const void* src, int n) {
-  auto* d = static_cast<uint64_t*>(dst);
-  const auto* s = static_cast<const uint64_t*>(src);
-  for (int i = 0; i < n / 8; ++i) d[i] = s[i];
-}
-
 __global__ void step_kernel(StepParams p) {
   const RankInfo& info = p.info;
   const int q = threadIdx.x;

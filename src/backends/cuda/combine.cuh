@@ -17,23 +17,19 @@ namespace moe_ep::cuda_backend {
 
 inline constexpr int kCombineUnroll = Policy::kUnroll;
 
-// Sender role for received row i.
-template <typename F>
-__device__ __forceinline__ void send_combine_row(const CombineParams& p, int64_t i, int lane) {
-  const RankInfo& info = p.info;
-  const char* self = p.peers.base[info.rank];
-  const int hidden = info.hidden;
+// Encodes one row of bf16 values, given lane by lane by `load(elem)` (the 8 values starting at
+// element `elem`, zeros past the row), into the combine wire format at `dst_row` (payload, then
+// scales), then release-stores `tag` at `dst_flag` once every lane's stores are visible. Used by
+// normal mode (the row of y) and decode mode (the weighted sum of a token's expert rows).
+template <typename F, typename LoadRow>
+__device__ __forceinline__ void send_combine_row(LoadRow load, int hidden, char* dst_row,
+                                                 uint64_t* dst_flag, uint64_t tag, int lane) {
   const int64_t payload_bytes = formats::payload_bytes_of<F>(hidden);
-  const int src = __ldcg(reinterpret_cast<const int32_t*>(self + p.layout.recv_src_rank_offset(i)));
-  const int token =
-      __ldcg(reinterpret_cast<const int32_t*>(self + p.layout.recv_src_token_offset(i)));
-  char* row = p.peers.base[src] + p.layout.combine_row_offset(info.rank, token);
-  const uint16_t* y = p.y + i * hidden;
   for (int64_t base = 0; base < hidden; base += kElemsPerWarpStep * kCombineUnroll) {
     uint4 v[kCombineUnroll];
 #pragma unroll
     for (int u = 0; u < kCombineUnroll; ++u) {
-      v[u] = load_lane(y, base + u * kElemsPerWarpStep + lane * kElemsPerLane, hidden);
+      v[u] = load(base + u * kElemsPerWarpStep + lane * kElemsPerLane);
     }
 #pragma unroll
     for (int u = 0; u < kCombineUnroll; ++u) {
@@ -42,36 +38,42 @@ __device__ __forceinline__ void send_combine_row(const CombineParams& p, int64_t
       typename F::Params params;
       LaneWord<F> word;
       formats::encode_lane<F>(v[u], word, params);
-      if (elem < hidden) store_lane<F>(row, row + payload_bytes, elem, word, params);
+      if (elem < hidden) store_lane<F>(dst_row, dst_row + payload_bytes, elem, word, params);
     }
   }
   // Every lane's stores of the row are visible system-wide before lane 0 flags it ready.
   __threadfence_system();
   __syncwarp();
-  if (lane == 0) {
-    st_release_sys(reinterpret_cast<uint64_t*>(p.peers.base[src] +
-                                               p.layout.combine_flag_offset(info.rank, token)),
-                   p.step);
-  }
+  if (lane == 0) st_release_sys(dst_flag, tag);
 }
 
-// Receiver role for token t. Returns false when a wait gave up (timeout or another error).
+// What the token side of a combine needs, in either mode.
+struct ReduceArgs {
+  const char* self;     // this rank's buffer
+  BufferLayout layout;  // its combine rows and flags
+  int hidden;
+  int rank;
+  uint16_t* out;  // [T, H] bf16
+  uint64_t tag;   // the flags of this combine
+  uint64_t timeout_ns;
+  ErrorSink err;
+};
+
+// Receiver role for token t, whose rows come from the ranks in `mask`. Returns false when a wait
+// gave up (timeout or another error).
 template <typename F>
-__device__ __forceinline__ bool reduce_combine_token(const CombineParams& p, int64_t t, int lane) {
-  const RankInfo& info = p.info;
-  const char* self = p.peers.base[info.rank];
-  const int hidden = info.hidden;
+__device__ __forceinline__ bool reduce_combine_token(const ReduceArgs& a, int64_t t, uint64_t mask,
+                                                     int lane) {
+  const int hidden = a.hidden;
   const int64_t payload_bytes = formats::payload_bytes_of<F>(hidden);
-  const TokenRoutes routes =
-      token_routes(p.pos, nullptr, info.max_tokens, info.world_size, t, lane);
   // Every lane acquires every flag itself, so its own loads of the rows are ordered after.
   bool ready = true;
-  for (uint64_t m = routes.mask; m != 0 && ready;) {
+  for (uint64_t m = mask; m != 0 && ready;) {
     const int r = next_dest(m);
     uint64_t word = 0;
     ready =
-        wait_tagged(reinterpret_cast<const uint64_t*>(self + p.layout.combine_flag_offset(r, t)), 0,
-                    p.step, p.timeout_ns, p.err, kPhaseCombineWait, info.rank, r, &word);
+        wait_tagged(reinterpret_cast<const uint64_t*>(a.self + a.layout.combine_flag_offset(r, t)),
+                    0, a.tag, a.timeout_ns, a.err, kPhaseCombineWait, a.rank, r, &word);
   }
   if (!__all_sync(0xffffffffu, ready)) return false;
   for (int64_t base = 0; base < hidden; base += kElemsPerWarpStep * kCombineUnroll) {
@@ -81,9 +83,9 @@ __device__ __forceinline__ bool reduce_combine_token(const CombineParams& p, int
 #pragma unroll
       for (int j = 0; j < kElemsPerLane; ++j) acc[u][j] = 0.0f;
     }
-    for (uint64_t m = routes.mask; m != 0;) {  // ascending rank order
+    for (uint64_t m = mask; m != 0;) {  // ascending rank order
       const int r = next_dest(m);
-      const char* row = self + p.layout.combine_row_offset(r, t);
+      const char* row = a.self + a.layout.combine_row_offset(r, t);
       LaneWord<F> words[kCombineUnroll];
       typename F::Scale scales[kCombineUnroll];
 #pragma unroll
@@ -109,11 +111,28 @@ __device__ __forceinline__ bool reduce_combine_token(const CombineParams& p, int
     for (int u = 0; u < kCombineUnroll; ++u) {
       const int64_t elem = base + u * kElemsPerWarpStep + lane * kElemsPerLane;
       if (elem < hidden) {
-        *reinterpret_cast<uint4*>(p.out + t * hidden + elem) = lane_pack_bf16(acc[u]);
+        *reinterpret_cast<uint4*>(a.out + t * hidden + elem) = lane_pack_bf16(acc[u]);
       }
     }
   }
   return true;
+}
+
+// Normal mode's sender role for received row i: the row of y, to (source rank, source token).
+template <typename F>
+__device__ __forceinline__ void send_received_row(const CombineParams& p, int64_t i, int lane) {
+  const RankInfo& info = p.info;
+  const char* self = p.peers.base[info.rank];
+  const int hidden = info.hidden;
+  const int src = __ldcg(reinterpret_cast<const int32_t*>(self + p.layout.recv_src_rank_offset(i)));
+  const int token =
+      __ldcg(reinterpret_cast<const int32_t*>(self + p.layout.recv_src_token_offset(i)));
+  const uint16_t* y = p.y + i * hidden;
+  send_combine_row<F>([&](int64_t elem) { return load_lane(y, elem, hidden); }, hidden,
+                      p.peers.base[src] + p.layout.combine_row_offset(info.rank, token),
+                      reinterpret_cast<uint64_t*>(p.peers.base[src] +
+                                                  p.layout.combine_flag_offset(info.rank, token)),
+                      p.step, lane);
 }
 
 template <typename F>
@@ -127,14 +146,27 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
   // Received rows are grouped by source rank; rank r starts near its own group (about r/W of
   // the way in) so that every rank's tokens see rows arriving from the start, not rank 0's first.
   const int64_t rotation = num_send * p.info.rank / p.info.world_size;
+  const ReduceArgs reduce{p.peers.base[p.info.rank],
+                          p.layout,
+                          p.info.hidden,
+                          p.info.rank,
+                          p.out,
+                          p.step,
+                          p.timeout_ns,
+                          p.err};
   while (true) {
     const int64_t item = take_ticket(&p.tickets[0], c.lane);
     if (item >= total) break;
     if (item < num_send) {
       const int64_t i = item + rotation < num_send ? item + rotation : item + rotation - num_send;
-      send_combine_row<F>(p, i, c.lane);
-    } else if (!reduce_combine_token<F>(p, item - num_send, c.lane)) {
-      break;  // reported; the other warps see the flag and stop too
+      send_received_row<F>(p, i, c.lane);
+    } else {
+      const int64_t t = item - num_send;
+      const TokenRoutes routes =
+          token_routes(p.pos, nullptr, p.info.max_tokens, p.info.world_size, t, c.lane);
+      if (!reduce_combine_token<F>(reduce, t, routes.mask, c.lane)) {
+        break;  // reported; the other warps see the flag and stop too
+      }
     }
   }
   // The last warp out resets the tickets for the op's next combine.

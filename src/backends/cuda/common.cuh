@@ -43,6 +43,13 @@ __device__ __forceinline__ int32_t ld_volatile(const int32_t* p) {
   return *reinterpret_cast<const volatile int32_t*>(p);
 }
 
+// Copies n bytes with 8-byte loads and stores (both ends are 8-byte aligned).
+__device__ __forceinline__ void copy_words(void* dst, const void* src, int n) {
+  auto* d = static_cast<uint64_t*>(dst);
+  const auto* s = static_cast<const uint64_t*>(src);
+  for (int i = 0; i < n / 8; ++i) d[i] = s[i];
+}
+
 // One read of the device error flag per block, shared with every thread (a barrier).
 __device__ __forceinline__ bool block_sees_error(const ErrorSink& sink) {
   __shared__ int32_t seen;

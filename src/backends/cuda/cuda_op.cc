@@ -33,10 +33,10 @@ CudaOp::CudaOp(std::shared_ptr<CudaComm> comm, const OpConfig& config, int num_s
   const formats::RowFormat dispatch_wire =
       formats::row_format(config.dispatch_dtype, config.hidden);
   const formats::RowFormat combine_wire = formats::row_format(config.combine_dtype, config.hidden);
-  layout_ = BufferLayout::make(world_size_, config.num_experts / world_size_, config.topk,
-                               config.max_tokens_per_rank, dispatch_wire.payload_bytes,
-                               dispatch_wire.scale_bytes,
-                               combine_wire.payload_bytes + combine_wire.scale_bytes);
+  layout_ = BufferLayout::make(
+      world_size_, config.num_experts / world_size_, config.topk, config.max_tokens_per_rank,
+      dispatch_wire.payload_bytes, dispatch_wire.scale_bytes,
+      combine_wire.payload_bytes + combine_wire.scale_bytes, config.low_latency);
   pos_ =
       DeviceArray<int32_t>(device_, static_cast<size_t>(world_size_) * config.max_tokens_per_rank);
   send_offset_ = DeviceArray<int32_t>(device_, world_size_);
@@ -47,6 +47,24 @@ CudaOp::CudaOp(std::shared_ptr<CudaComm> comm, const OpConfig& config, int num_s
   block_counter_.zero(comm_->internal_stream());
   error_flag_ = DeviceArray<int32_t>(device_, 1);
   error_flag_.zero(comm_->internal_stream());
+  if (config.low_latency) {
+    const size_t local = static_cast<size_t>(layout_.local_experts);
+    const size_t slab_rows = local * world_size_ * config.max_tokens_per_rank;
+    ll_state_ = DeviceArray<LowLatencyState>(device_, 1);
+    ll_state_.zero(comm_->internal_stream());
+    ll_tickets_ = DeviceArray<unsigned int>(device_, 5);
+    ll_tickets_.zero(comm_->internal_stream());
+    ll_token_mask_ = DeviceArray<uint64_t>(device_, config.max_tokens_per_rank);
+    ll_slot_rows_ = DeviceArray<int32_t>(
+        device_, static_cast<size_t>(world_size_) * config.max_tokens_per_rank * config.topk);
+    ll_slab_payload_ = DeviceArray<char>(device_, slab_rows * dispatch_wire.payload_bytes);
+    ll_slab_scales_ = DeviceArray<char>(device_, slab_rows * dispatch_wire.scale_bytes);
+    ll_count_ = DeviceArray<int32_t>(device_, local);
+    ll_count_.zero(comm_->internal_stream());
+    ll_src_rank_ = DeviceArray<int32_t>(device_, slab_rows);
+    ll_src_token_ = DeviceArray<int32_t>(device_, slab_rows);
+    ll_src_slot_ = DeviceArray<int32_t>(device_, slab_rows);
+  }
   buffer_ = comm_->allocate(static_cast<size_t>(layout_.total_bytes()));
   MOE_EP_LOG(LogLevel::kInfo, "cuda op uid ", uid_, " rank ", rank_, "/", world_size_, ": ",
              num_sms_, " SMs (", data_blocks_, " data blocks), buffer ", layout_.total_bytes(),
@@ -260,9 +278,26 @@ void CudaOp::reject(CallKind kind, const std::string& reason, void* stream_arg) 
   StepVerdict verdict = next_step(kind);
   verdict.error = reason.empty() ? std::string("rejected by the caller") : reason;
   auto stream = static_cast<cudaStream_t>(stream_arg);
+  const bool decode = kind == CallKind::kLowLatencyDispatch || kind == CallKind::kLowLatencyCombine;
+  // Without decode buffers every rank rejects a decode call alike, so there is nothing to agree.
+  if (decode && !config_.low_latency) {
+    throw InvalidArgument(detail::concat(to_string(kind), ": ", verdict.error));
+  }
   try {
     if (have_call_) MOE_EP_CUDA_CHECK(cudaStreamWaitEvent(stream, call_done_.get(), 0));
-    begin_step(stream, verdict);
+    if (decode) {
+      // Decode calls agree through decode mode's own step words.
+      StepReason& r = host_.host()->my_reason;
+      std::memset(&r, 0, sizeof(r));
+      const size_t n = std::min(verdict.error.size(), sizeof(r.text) - 1);
+      std::memcpy(r.text, verdict.error.data(), n);
+      r.text_bytes = static_cast<int32_t>(n);
+      MOE_EP_CUDA_CHECK(launch_ll_step(ll_params(kind, /*host_rejected=*/true), stream));
+      last_kind_ = kind;
+      last_verdict_ = verdict;
+    } else {
+      begin_step(stream, verdict);
+    }
     end_call(stream);
     MOE_EP_CUDA_CHECK(cudaEventSynchronize(call_done_.get()));
   } catch (const CudaError& e) {

@@ -35,6 +35,10 @@ class CudaOp final : public OpBase {
                void* stream) override;
   void synchronize(void* stream) override;
   void reject(CallKind kind, const std::string& reason, void* stream) override;
+  // Decode mode (low_latency_op.cc): asynchronous, capturable in a CUDA graph.
+  LowLatencyDispatchResult low_latency_dispatch(const LowLatencyDispatchArgs& args) override;
+  void low_latency_combine(const TensorView& y, const LowLatencyHandle& handle,
+                           const TensorView& out, void* stream) override;
 
  private:
   // Mapped host memory shared with the kernels.
@@ -46,6 +50,12 @@ class CudaOp final : public OpBase {
   };
 
   RankInfo rank_info() const;
+  // Decode mode: the parameters every decode kernel shares, and the views of the slabs.
+  LowLatencyParams ll_params(CallKind kind, bool host_rejected) const;
+  LowLatencyDispatchResult ll_result() const;
+  // Starts a call on `stream` behind the op's previous one (skipped while the stream is being
+  // captured: the graph orders its nodes) and ends it.
+  bool capturing(cudaStream_t stream) const;
   // Starts a call on `stream`: after the op's previous call, with the step agreement.
   // `rejection` empty means this rank accepted its arguments.
   void begin_step(cudaStream_t stream, const StepVerdict& verdict);
@@ -78,6 +88,17 @@ class CudaOp final : public OpBase {
   bool combined_ = false;                     // the latest dispatch was combined
   CallKind last_kind_ = CallKind::kDispatch;  // of the latest call queued
   StepVerdict last_verdict_;                  // of the latest call queued
+  // Decode mode, allocated only with OpConfig::low_latency.
+  DeviceArray<LowLatencyState> ll_state_;  // [1]
+  DeviceArray<unsigned int> ll_tickets_;   // [5]
+  DeviceArray<uint64_t> ll_token_mask_;    // [Tmax]
+  DeviceArray<int32_t> ll_slot_rows_;      // [W, Tmax, K]
+  DeviceArray<char> ll_slab_payload_;      // [E/W, W*Tmax, payload bytes]
+  DeviceArray<char> ll_slab_scales_;       // [E/W, W*Tmax, scale bytes]
+  DeviceArray<int32_t> ll_count_;          // [E/W]
+  DeviceArray<int32_t> ll_src_rank_;       // [E/W, W*Tmax]
+  DeviceArray<int32_t> ll_src_token_;      // [E/W, W*Tmax]
+  DeviceArray<int32_t> ll_src_slot_;       // [E/W, W*Tmax]
 };
 
 }  // namespace moe_ep::cuda_backend

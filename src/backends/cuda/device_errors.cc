@@ -77,8 +77,11 @@ void CudaOp::raise_device_error(const char* call, const StepVerdict* mine) {
     poison_and_throw(err);
   }
   std::memset(&host_.host()->error, 0, sizeof(DeviceError));
+  // An outcome is raised once, then cleared: it belongs to the call that set the error flag
+  // (normal and decode steps are numbered apart, so its step number cannot tell which).
+  std::memset(static_cast<void*>(&host_.host()->step), 0, sizeof(StepOutcome));
   const StepVerdict verdict = mine != nullptr ? *mine : last_verdict_;
-  const bool step_failed = outcome.step == steps_ && outcome.status != kStepOk;
+  const bool step_failed = outcome.status != kStepOk;
   if (step_failed && verdict.kind == CallKind::kCombine) combined_ = false;
   std::vector<RankVerdict> others;
   if (step_failed) {

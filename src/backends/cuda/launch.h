@@ -13,6 +13,7 @@
 #include "core/agreement.h"
 #include "core/layout.h"
 #include "moe_ep/dtypes.h"
+#include "moe_ep/op.h"
 
 namespace moe_ep::cuda_backend {
 
@@ -137,6 +138,45 @@ struct CreateParams {
   CreateOutcome* outcome;  // mapped host memory
 };
 
+// Decode mode's counters, in device memory so graph replays advance them (low_latency.cuh).
+struct LowLatencyState {
+  uint64_t step;            // the decode step of the call in flight (set by its step kernel)
+  uint64_t dispatch_calls;  // low-latency dispatches that ran
+  uint64_t dispatch_step;   // the step of the latest one
+};
+
+struct LowLatencyParams {
+  RankInfo info;
+  PeerTable peers;
+  BufferLayout layout;
+  LowLatencyState* state;
+  // the decode step
+  int kind;                     // CallKind::kLowLatencyDispatch or kLowLatencyCombine
+  bool host_rejected;           // this rank's host checks rejected the call
+  const StepReason* my_reason;  // mapped host memory
+  StepOutcome* outcome;         // mapped host memory
+  // dispatch
+  const void* x;              // [T, H] bf16, or pre-quantized payload [T, payload bytes]
+  const void* x_scales;       // pre-quantized scales [T, scale bytes] or nullptr
+  const int32_t* topk_idx;    // [T, K]
+  const float* topk_weights;  // [T, K]
+  int32_t num_tokens;         // T of this rank's latest low-latency dispatch
+  uint64_t* token_mask;       // [Tmax] destination ranks of this rank's tokens
+  int32_t* slot_rows;         // [W, Tmax, K] slab row (e * W*Tmax + row) of each local slot
+  char* slab_payload;         // [E/W, W*Tmax, payload bytes]
+  char* slab_scales;          // [E/W, W*Tmax, scale bytes]
+  int32_t* count;             // [E/W]
+  int32_t* src_rank;          // [E/W, W*Tmax]
+  int32_t* src_token;         // [E/W, W*Tmax]
+  int32_t* src_slot;          // [E/W, W*Tmax]
+  // combine
+  const uint16_t* y;      // [E/W, W*Tmax, H] bf16
+  uint16_t* out;          // [T, H] bf16
+  unsigned int* tickets;  // [5]: expand tickets [2], combine tickets [2], send block counter
+  uint64_t timeout_ns;
+  ErrorSink err;
+};
+
 cudaError_t launch_step(const StepParams& p, cudaStream_t stream);
 cudaError_t launch_validate(const ValidateParams& p, int max_blocks, cudaStream_t stream);
 cudaError_t launch_notify(const NotifyParams& p, int max_blocks, cudaStream_t stream);
@@ -147,6 +187,12 @@ cudaError_t launch_dispatch(DispatchDtype dtype, bool prequantized, const Dispat
 cudaError_t launch_combine(CombineDtype dtype, const CombineParams& p, int num_blocks,
                            cudaStream_t stream);
 cudaError_t launch_create_rendezvous(const CreateParams& p, cudaStream_t stream);
+// Decode mode: the step kernel, then send + expand (dispatch) or combine, all inside the budget.
+cudaError_t launch_ll_step(const LowLatencyParams& p, cudaStream_t stream);
+cudaError_t launch_ll_dispatch(DispatchDtype dtype, bool prequantized, const LowLatencyParams& p,
+                               int num_blocks, cudaStream_t stream);
+cudaError_t launch_ll_combine(CombineDtype dtype, const LowLatencyParams& p, int num_blocks,
+                              cudaStream_t stream);
 // Resolves the peer base addresses of a registered NCCL window (symmetric.cu).
 cudaError_t resolve_peer_pointers(void* window, int world_size, char** out_device,
                                   cudaStream_t stream);

@@ -1,0 +1,388 @@
+// Decode mode on the GPU (docs/decode-mode.md): kernels with fixed shapes and no host wait, so a
+// whole low-latency dispatch -> expert -> low-latency combine can be captured in a CUDA graph and
+// replayed. The call's step number and call numbers live in device memory (LowLatencyState):
+// the decode step kernel reads them, agrees with the peers (the same word exchange as the step
+// kernel of normal mode, in decode mode's own words) and advances them, and the later kernels of
+// the call read the step from there.
+//   ll_send:    a warp per (token, 1024-element slice); the token's destination ranks come from
+//               its expert ids; the row is encoded once and stored into every destination's
+//               stage row [this rank][token], with the token's local expert ids and weights for
+//               that destination; every destination also gets the token's flag word (step, comes
+//               here or not). The last block releases {step, T} in every destination's done word.
+//   ll_expand:  blocks take local experts by ticket. Once every source's done word is in, the
+//               block scans the sources' tokens in canonical order (source rank, then token),
+//               picks those naming its expert (the first slot naming it), gives them consecutive
+//               slab rows by a block scan, writes counts and sources, and copies the stage rows
+//               into the slab. slot_rows[s][t][k] records the slab row of each local slot.
+//   ll_combine: warps take tickets: items [0, W*Tmax) are (source, token) candidates, sends for
+//               those that came here: p = bf16(sum over the token's local slots k ascending of
+//               w_k * y[e_k][row]), product then add in fp32, encoded and stored at (this rank,
+//               token) of the source with a ready flag; items after that are this rank's own
+//               tokens, reduced exactly as in normal mode. Sends are ticketed before any reduce,
+//               so the kernel finishes with any resident subset of its blocks.
+#pragma once
+
+#include <cub/block/block_scan.cuh>
+
+#include "backends/cuda/combine.cuh"
+#include "backends/cuda/data_common.cuh"
+
+namespace moe_ep::cuda_backend {
+
+// Combine flags of decode mode carry this bit, so they never equal a normal-mode step.
+inline constexpr uint64_t kDecodeTag = 1ull << 63;
+
+// The decode step word's kind and verdict; the call number comes from LowLatencyState.
+__global__ void ll_step_kernel(LowLatencyParams p) {
+  const RankInfo& info = p.info;
+  const int q = threadIdx.x;
+  LowLatencyState* state = p.state;
+  __shared__ uint64_t step, call;
+  __shared__ int scan_rejected, out_of_step, rejected_by, gave_up;
+  const bool dispatch = p.kind == static_cast<int>(CallKind::kLowLatencyDispatch);
+  if (q == 0) {
+    step = state->step + 1;
+    call = dispatch ? state->dispatch_calls + 1 : state->dispatch_calls;
+    scan_rejected = ld_volatile(p.err.flag) != 0;
+    out_of_step = info.world_size;
+    rejected_by = info.world_size;
+    gave_up = 0;
+  }
+  __syncthreads();
+  const bool rejected = p.host_rejected || scan_rejected;
+  const uint64_t my_info = StepInfo::pack(p.kind, rejected, call);
+  const int parity = static_cast<int>(step & 1);
+  if (q < info.world_size) {
+    char* peer = p.peers.base[q];
+    if (rejected) {
+      auto* slot = reinterpret_cast<StepReason*>(peer + p.layout.reason_offset(parity, info.rank));
+      if (scan_rejected) {
+        StepReason r{};
+        r.record = *p.err.host;
+        r.has_record = 1;
+        copy_words(slot, &r, sizeof(StepReason));
+      } else {
+        copy_words(slot, p.my_reason, sizeof(StepReason));
+      }
+    }
+    auto* word = reinterpret_cast<uint64_t*>(peer + p.layout.ll_step_offset(parity, info.rank));
+    word[0] = my_info;
+    st_release_sys(word + 1, step);
+  }
+  uint64_t peer_info = 0;
+  if (q < info.world_size) {
+    const auto* word = reinterpret_cast<const uint64_t*>(p.peers.base[info.rank] +
+                                                         p.layout.ll_step_offset(parity, q));
+    uint64_t tag = 0;
+    if (wait_tagged(word + 1, 0, step, p.timeout_ns, p.err, kPhaseStep, info.rank, q, &tag)) {
+      peer_info = __ldcg(word);
+      if (!StepInfo::same_call(peer_info, my_info)) atomicMin(&out_of_step, q);
+      if (StepInfo::rejected(peer_info) && q != info.rank) atomicMin(&rejected_by, q);
+    } else {
+      gave_up = 1;
+    }
+  }
+  __syncthreads();
+  if (q == 0) {
+    // The step happened on every rank whatever its outcome; the call counts only if it ran.
+    state->step = step;
+    const bool ran =
+        !gave_up && !rejected && out_of_step == info.world_size && rejected_by == info.world_size;
+    if (ran && dispatch) {
+      state->dispatch_calls = call;
+      state->dispatch_step = step;  // the combine finds this dispatch's rows by it
+    }
+  }
+  if (gave_up) return;
+  const int chosen = out_of_step < info.world_size ? out_of_step : rejected_by;
+  if (q != chosen || chosen == info.world_size) return;
+  StepOutcome* o = p.outcome;
+  o->step = step;
+  o->peer = q;
+  o->peer_info = peer_info;
+  if (out_of_step < info.world_size) {
+    o->status = kStepOutOfStep;
+  } else {
+    copy_words(&o->reason, p.peers.base[info.rank] + p.layout.reason_offset(parity, q),
+               sizeof(StepReason));
+    o->status = kStepPeerRejected;
+  }
+  __threadfence_system();
+  report_error(p.err, kDevStepFailed, kPhaseStep, info.rank, q, 0, 0, -1, -1, 0);
+}
+
+// The destinations of token t: bit d set when one of its unmasked slots names an expert of d.
+__device__ __forceinline__ uint64_t token_destinations(const int32_t* slots, const RankInfo& info,
+                                                       int lane) {
+  uint64_t mask = 0;
+  for (int k = lane; k < info.topk; k += 32) {
+    const int32_t e = slots[k];
+    if (e >= 0 && e < info.num_experts) mask |= 1ull << (e / info.experts_per_rank);
+  }
+  const uint32_t lo = __reduce_or_sync(0xffffffffu, static_cast<uint32_t>(mask));
+  const uint32_t hi = __reduce_or_sync(0xffffffffu, static_cast<uint32_t>(mask >> 32));
+  return static_cast<uint64_t>(hi) << 32 | lo;
+}
+
+template <typename F, bool kPrequantized>
+__global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm)
+    ll_send_kernel(LowLatencyParams p) {
+  if (block_sees_error(p.err)) return;
+  const WarpCoord c = warp_coord();
+  const RankInfo& info = p.info;
+  const uint64_t step = p.state->step;
+  const int64_t slices =
+      kPrequantized ? 1
+                    : (info.hidden + Policy::kDispatchSliceElems - 1) / Policy::kDispatchSliceElems;
+  const int64_t payload_bytes = p.layout.dispatch_payload_bytes;
+  for (int64_t item = c.warp; item < p.num_tokens * slices; item += c.num_warps) {
+    const int64_t t = item / slices;
+    const int64_t slice = item - t * slices;
+    const int32_t* slots = p.topk_idx + t * info.topk;
+    const uint64_t mask = token_destinations(slots, info, c.lane);
+    if (slice == 0) {
+      if (c.lane == 0) p.token_mask[t] = mask;
+      for (int d = c.lane; d < info.world_size; d += 32) {
+        const bool here = (mask >> d) & 1;
+        // Plain stores: the done word released after them orders them.
+        *reinterpret_cast<uint64_t*>(p.peers.base[d] + p.layout.ll_flag_offset(info.rank, t)) =
+            step << 1 | (here ? 1 : 0);
+      }
+      for (uint64_t m = mask; m != 0;) {
+        const int d = next_dest(m);
+        char* meta = p.peers.base[d] + p.layout.ll_meta_offset(info.rank, t);
+        for (int k = c.lane; k < info.topk; k += 32) {
+          const int32_t e = slots[k];
+          const bool mine = e >= 0 && e < info.num_experts && e / info.experts_per_rank == d;
+          reinterpret_cast<int32_t*>(meta)[k] = mine ? e - d * info.experts_per_rank : -1;
+          reinterpret_cast<float*>(meta)[info.topk + k] = p.topk_weights[t * info.topk + k];
+        }
+      }
+    }
+    if constexpr (kPrequantized) {
+      const auto* src =
+          reinterpret_cast<const uint4*>(static_cast<const char*>(p.x) + t * payload_bytes);
+      const int64_t vectors = payload_bytes / 16;
+      const int64_t scale_bytes = p.layout.dispatch_scale_bytes;
+      const auto* src_scales = static_cast<const uint8_t*>(p.x_scales) + t * scale_bytes;
+      for (uint64_t m = mask; m != 0;) {
+        const int d = next_dest(m);
+        char* row = p.peers.base[d] + p.layout.ll_stage_offset(info.rank, t);
+        for (int64_t i = c.lane; i < vectors; i += 32) {
+          reinterpret_cast<uint4*>(row)[i] = load_stream(src + i);
+        }
+        for (int64_t i = c.lane; i < scale_bytes; i += 32) row[payload_bytes + i] = src_scales[i];
+      }
+    } else {
+      const int hidden = info.hidden;
+      const uint16_t* src = static_cast<const uint16_t*>(p.x) + t * hidden;
+      const int64_t begin = slice * Policy::kDispatchSliceElems;
+      uint4 v[Policy::kUnroll];
+#pragma unroll
+      for (int u = 0; u < Policy::kUnroll; ++u) {
+        v[u] = load_lane(src, begin + u * kElemsPerWarpStep + c.lane * kElemsPerLane, hidden);
+      }
+#pragma unroll
+      for (int u = 0; u < Policy::kUnroll; ++u) {
+        if (begin + u * kElemsPerWarpStep >= hidden) break;  // warp-uniform
+        const int64_t elem = begin + u * kElemsPerWarpStep + c.lane * kElemsPerLane;
+        typename F::Params params;
+        LaneWord<F> word;
+        formats::encode_lane<F>(v[u], word, params);
+        for (uint64_t m = mask; m != 0;) {
+          const int d = next_dest(m);
+          char* row = p.peers.base[d] + p.layout.ll_stage_offset(info.rank, t);
+          if (elem < hidden) store_lane<F>(row, row + payload_bytes, elem, word, params);
+        }
+      }
+    }
+  }
+  signal_when_grid_done(p.tickets + 4, p.peers.base, info.world_size,
+                        p.layout.ll_done_offset(info.rank), step << 32 | p.num_tokens);
+}
+
+// Waits (bounded) for every source's done word of this step; returns false when a wait gave up.
+// Fills tokens[s] (in shared memory) with each source's T.
+__device__ __forceinline__ bool ll_wait_sources(const LowLatencyParams& p, uint64_t step,
+                                                int* tokens) {
+  __shared__ int gave_up;
+  if (threadIdx.x == 0) gave_up = 0;
+  __syncthreads();
+  const int s = threadIdx.x;
+  if (s < p.info.world_size) {
+    uint64_t word = 0;
+    const auto* done =
+        reinterpret_cast<const uint64_t*>(p.peers.base[p.info.rank] + p.layout.ll_done_offset(s));
+    if (wait_tagged(done, 32, step, p.timeout_ns, p.err, kPhaseDispatchWait, p.info.rank, s,
+                    &word)) {
+      tokens[s] = static_cast<int>(word & 0xffffffffu);
+    } else {
+      gave_up = 1;
+    }
+  }
+  __syncthreads();
+  return gave_up == 0;
+}
+
+template <typename F>
+__global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm)
+    ll_expand_kernel(LowLatencyParams p) {
+  using Scan = cub::BlockScan<int, Policy::kDataThreads>;
+  __shared__ typename Scan::TempStorage scan_storage;
+  __shared__ int tokens[Policy::kMaxPeers];
+  __shared__ unsigned int ticket;
+  if (block_sees_error(p.err)) return;
+  const RankInfo& info = p.info;
+  const uint64_t step = p.state->step;
+  if (!ll_wait_sources(p, step, tokens)) return;
+  const char* self = p.peers.base[info.rank];
+  const int k_slots = info.topk;
+  const int64_t slab_rows = static_cast<int64_t>(info.world_size) * info.max_tokens;
+  const int64_t payload_bytes = p.layout.dispatch_payload_bytes;
+  const int64_t scale_bytes = p.layout.dispatch_scale_bytes;
+  const unsigned int experts = static_cast<unsigned int>(info.experts_per_rank);
+  while (true) {
+    if (threadIdx.x == 0) ticket = atomicAdd(&p.tickets[0], 1u);
+    __syncthreads();
+    const unsigned int e = ticket;
+    __syncthreads();
+    if (e >= experts) break;
+    int32_t* src_rank = p.src_rank + e * slab_rows;    // [W*Tmax]
+    int32_t* src_token = p.src_token + e * slab_rows;  // [W*Tmax]
+    int32_t* src_slot = p.src_slot + e * slab_rows;    // [W*Tmax]
+    // Canonical order: source rank ascending, then token ascending; candidates are the first
+    // T_s tokens of every source s, in chunks of the block's threads.
+    int running = 0;
+    for (int s = 0; s < info.world_size; ++s) {
+      for (int base = 0; base < tokens[s]; base += Policy::kDataThreads) {
+        const int t = base + threadIdx.x;
+        int first = -1;
+        if (t < tokens[s]) {
+          const uint64_t flag =
+              __ldcg(reinterpret_cast<const uint64_t*>(self + p.layout.ll_flag_offset(s, t)));
+          if (flag == (step << 1 | 1)) {
+            const auto* local =
+                reinterpret_cast<const int32_t*>(self + p.layout.ll_meta_offset(s, t));
+            for (int k = k_slots - 1; k >= 0; --k) {
+              const int32_t id = __ldcg(local + k);
+              if (id == static_cast<int32_t>(e)) first = k;
+              // Every local slot's slab row is written by the block of its expert; slots of
+              // other ranks' experts (and masked ones) by the block of expert 0.
+              if (id < 0 && e == 0)
+                p.slot_rows[(static_cast<int64_t>(s) * info.max_tokens + t) * k_slots + k] = -1;
+            }
+          }
+        }
+        int pos = 0, chunk = 0;
+        Scan(scan_storage).ExclusiveSum(first >= 0 ? 1 : 0, pos, chunk);
+        if (first >= 0) {
+          const int row = running + pos;
+          src_rank[row] = s;
+          src_token[row] = t;
+          src_slot[row] = first;
+          const auto* local =
+              reinterpret_cast<const int32_t*>(self + p.layout.ll_meta_offset(s, t));
+          for (int k = first; k < k_slots; ++k) {
+            if (__ldcg(local + k) == static_cast<int32_t>(e)) {
+              p.slot_rows[(static_cast<int64_t>(s) * info.max_tokens + t) * k_slots + k] =
+                  static_cast<int32_t>(e * slab_rows + row);
+            }
+          }
+        }
+        running += chunk;
+        __syncthreads();  // scan_storage is reused
+      }
+    }
+    for (int64_t row = running + threadIdx.x; row < slab_rows; row += blockDim.x) {
+      src_rank[row] = -1;
+      src_token[row] = -1;
+      src_slot[row] = -1;
+    }
+    if (threadIdx.x == 0) p.count[e] = running;
+    __syncthreads();  // the sources of this expert's rows are written
+    // Copy the rows: a warp per row, 16 bytes a lane (rows are whole 16-byte units).
+    const int lane = threadIdx.x & 31;
+    for (int row = threadIdx.x / 32; row < running; row += blockDim.x / 32) {
+      const int s = src_rank[row];
+      const int t = src_token[row];
+      const char* stage = self + p.layout.ll_stage_offset(s, t);
+      char* slab = p.slab_payload + (e * slab_rows + row) * payload_bytes;
+      for (int64_t i = lane; i < payload_bytes / 16; i += 32) {
+        reinterpret_cast<uint4*>(slab)[i] = __ldcg(reinterpret_cast<const uint4*>(stage) + i);
+      }
+      if (scale_bytes > 0) {
+        char* scales = p.slab_scales + (e * slab_rows + row) * scale_bytes;
+        for (int64_t i = lane; i < scale_bytes; i += 32) scales[i] = stage[payload_bytes + i];
+      }
+    }
+    __syncthreads();
+  }
+  // The last block out resets the tickets for the next call.
+  if (threadIdx.x == 0 && atomicAdd(&p.tickets[1], 1u) == gridDim.x - 1) {
+    p.tickets[0] = 0;
+    p.tickets[1] = 0;
+  }
+}
+
+template <typename F>
+__global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm)
+    ll_combine_kernel(LowLatencyParams p) {
+  if (block_sees_error(p.err)) return;
+  const WarpCoord c = warp_coord();
+  const RankInfo& info = p.info;
+  const uint64_t tag = kDecodeTag | p.state->step;
+  const char* self = p.peers.base[info.rank];
+  const int hidden = info.hidden;
+  const int k_slots = info.topk;
+  const int64_t candidates = static_cast<int64_t>(info.world_size) * info.max_tokens;
+  const int64_t total = candidates + p.num_tokens;
+  // The step of the dispatch whose rows these are: its flags say which tokens came here.
+  const uint64_t dispatch_step = p.state->dispatch_step;
+  const ReduceArgs reduce{self, p.layout, hidden, info.rank, p.out, tag, p.timeout_ns, p.err};
+  while (true) {
+    const int64_t item = take_ticket(&p.tickets[2], c.lane);
+    if (item >= total) break;
+    if (item < candidates) {
+      const int s = static_cast<int>(item / info.max_tokens);
+      const int64_t t = item - static_cast<int64_t>(s) * info.max_tokens;
+      const uint64_t flag =
+          __ldcg(reinterpret_cast<const uint64_t*>(self + p.layout.ll_flag_offset(s, t)));
+      if (flag != (dispatch_step << 1 | 1)) continue;  // token t of s did not come here
+      const auto* meta = reinterpret_cast<const int32_t*>(self + p.layout.ll_meta_offset(s, t));
+      const int32_t* rows = p.slot_rows + (static_cast<int64_t>(s) * info.max_tokens + t) * k_slots;
+      // p = bf16(sum over local slots k ascending of w_k * y[e_k][row]), product then add.
+      const auto load = [&](int64_t elem) {
+        float acc[kElemsPerLane];
+#pragma unroll
+        for (int j = 0; j < kElemsPerLane; ++j) acc[j] = 0.0f;
+        if (elem < hidden) {
+          for (int k = 0; k < k_slots; ++k) {
+            const int32_t row = __ldcg(rows + k);
+            if (row < 0) continue;
+            const float w = __ldcg(reinterpret_cast<const float*>(meta) + k_slots + k);
+            const uint4 v = load_lane(p.y + static_cast<int64_t>(row) * hidden, elem, hidden);
+#pragma unroll
+            for (int j = 0; j < kElemsPerLane; ++j) {
+              const float term = w * formats::bf16_to_float(formats::lane_elem(v, j));
+              acc[j] = acc[j] + term;
+            }
+          }
+        }
+        return lane_pack_bf16(acc);
+      };
+      send_combine_row<F>(
+          load, hidden, p.peers.base[s] + p.layout.combine_row_offset(info.rank, t),
+          reinterpret_cast<uint64_t*>(p.peers.base[s] + p.layout.combine_flag_offset(info.rank, t)),
+          tag, c.lane);
+    } else {
+      const int64_t t = item - candidates;
+      if (!reduce_combine_token<F>(reduce, t, p.token_mask[t], c.lane)) break;
+    }
+  }
+  if (c.lane == 0 && atomicAdd(&p.tickets[3], 1u) == static_cast<unsigned int>(c.num_warps) - 1) {
+    p.tickets[2] = 0;
+    p.tickets[3] = 0;
+  }
+}
+
+}  // namespace moe_ep::cuda_backend

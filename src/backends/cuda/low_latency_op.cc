@@ -1,0 +1,176 @@
+// Decode mode on the CUDA backend (cuda_op.h, low_latency.cuh, docs/decode-mode.md): the host side
+// of low_latency_dispatch and low_latency_combine. Nothing here waits for the device and every
+// launch has the same shape for calls with the same shapes, so both calls can be captured in a
+// CUDA graph; the step and call numbers live in device memory (LowLatencyState). While a stream
+// is being captured the op does not order the call behind its previous one with its internal
+// event (the graph's own order does). A rank whose host checks reject a call still launches the
+// decode step kernel with its verdict, outside a capture, and raises once it ran; a peer's
+// rejection and every device error are raised at the op's next call or synchronize().
+#include <cstring>
+
+#include "backends/cuda/cuda_check.h"
+#include "backends/cuda/cuda_op.h"
+#include "core/arg_checks.h"
+#include "core/recv_views.h"
+#include "moe_ep/config.h"
+
+namespace moe_ep::cuda_backend {
+
+bool CudaOp::capturing(cudaStream_t stream) const {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  MOE_EP_CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
+  return status != cudaStreamCaptureStatusNone;
+}
+
+LowLatencyParams CudaOp::ll_params(CallKind kind, bool host_rejected) const {
+  LowLatencyParams p{};
+  p.info = rank_info();
+  p.peers = buffer_->peers();
+  p.layout = layout_;
+  p.state = ll_state_.get();
+  p.kind = static_cast<int>(kind);
+  p.host_rejected = host_rejected;
+  p.my_reason = &host_.device()->my_reason;
+  p.outcome = &host_.device()->step;
+  p.num_tokens = static_cast<int32_t>(latest_low_latency_.num_tokens);
+  p.token_mask = ll_token_mask_.get();
+  p.slot_rows = ll_slot_rows_.get();
+  p.slab_payload = ll_slab_payload_.get();
+  p.slab_scales = ll_slab_scales_.get();
+  p.count = ll_count_.get();
+  p.src_rank = ll_src_rank_.get();
+  p.src_token = ll_src_token_.get();
+  p.src_slot = ll_src_slot_.get();
+  p.tickets = ll_tickets_.get();
+  p.timeout_ns = static_cast<uint64_t>(Knobs::get().timeout_s * 1e9);
+  p.err = ErrorSink{&host_.device()->error, error_flag_.get()};
+  return p;
+}
+
+LowLatencyDispatchResult CudaOp::ll_result() const {
+  LowLatencyRecvBuffers b;
+  b.payload = ll_slab_payload_.get();
+  b.scales = ll_slab_scales_.get();
+  b.count = ll_count_.get();
+  b.src_rank = ll_src_rank_.get();
+  b.src_token = ll_src_token_.get();
+  b.src_slot = ll_src_slot_.get();
+  b.device = DeviceType::kCuda;
+  b.device_index = device_;
+  return make_low_latency_result(config_, world_size_, b, latest_low_latency_);
+}
+
+LowLatencyDispatchResult CudaOp::low_latency_dispatch(const LowLatencyDispatchArgs& args) {
+  CallScope scope(*this, CallKind::kLowLatencyDispatch);
+  check_usable();
+  DeviceGuard guard(device_);
+  raise_device_error("low_latency_dispatch");
+  StepVerdict verdict = next_step(CallKind::kLowLatencyDispatch);
+  bool prequantized = false;
+  int64_t num_tokens = 0;
+  try {
+    check_low_latency_enabled(config_);
+    num_tokens = check_dispatch_args(config_, args, {DeviceType::kCuda, device_}, &prequantized);
+    const std::vector<MemoryRange> owned = owned_memory();
+    check_not_aliased("x", args.x, owned);
+    check_not_aliased("topk_idx", args.topk_idx, owned);
+    check_not_aliased("topk_weights", args.topk_weights, owned);
+  } catch (const InvalidArgument& e) {
+    verdict.error = e.what();
+  }
+  const bool accepted = verdict.error.empty();
+  auto stream = static_cast<cudaStream_t>(args.stream);
+  const bool in_graph = capturing(stream);
+  if (!accepted && (in_graph || !config_.low_latency)) {
+    // Nothing to agree on inside a capture (a rejected call cannot be part of the graph), and an
+    // op without decode buffers has no decode step words: every rank rejects alike.
+    throw InvalidArgument(detail::concat("low_latency_dispatch: ", verdict.error));
+  }
+  try {
+    if (have_call_ && !in_graph)
+      MOE_EP_CUDA_CHECK(cudaStreamWaitEvent(stream, call_done_.get(), 0));
+    if (accepted) {
+      ValidateParams vp{rank_info(),
+                        args.topk_idx.ptr<int32_t>(),
+                        prequantized ? nullptr : args.x.ptr<uint16_t>(),
+                        args.topk_weights.ptr<float>(),
+                        static_cast<int32_t>(num_tokens),
+                        Knobs::get().validate,
+                        ErrorSink{&host_.device()->error, error_flag_.get()}};
+      MOE_EP_CUDA_CHECK(launch_validate(vp, num_sms_ * Policy::kValidateBlocksPerSm, stream));
+    } else {
+      std::memset(&host_.host()->my_reason, 0, sizeof(StepReason));
+      const size_t n = std::min(verdict.error.size(), sizeof(host_.host()->my_reason.text) - 1);
+      std::memcpy(host_.host()->my_reason.text, verdict.error.data(), n);
+      host_.host()->my_reason.text_bytes = static_cast<int32_t>(n);
+    }
+    LowLatencyParams p = ll_params(CallKind::kLowLatencyDispatch, !accepted);
+    MOE_EP_CUDA_CHECK(launch_ll_step(p, stream));
+    last_kind_ = CallKind::kLowLatencyDispatch;
+    last_verdict_ = verdict;
+    if (accepted) {
+      p.x = args.x.data;
+      p.x_scales = args.x_scales.data;
+      p.topk_idx = args.topk_idx.ptr<int32_t>();
+      p.topk_weights = args.topk_weights.ptr<float>();
+      p.num_tokens = static_cast<int32_t>(num_tokens);
+      MOE_EP_CUDA_CHECK(
+          launch_ll_dispatch(config_.dispatch_dtype, prequantized, p, data_blocks_, stream));
+    }
+    if (!in_graph) end_call(stream);
+    if (!accepted) MOE_EP_CUDA_CHECK(cudaEventSynchronize(call_done_.get()));
+  } catch (const CudaError& e) {
+    poison_and_throw(e);
+  }
+  if (!accepted) raise_device_error("low_latency_dispatch", &verdict);
+  latest_low_latency_ = LowLatencyHandle{uid_, verdict.call, num_tokens};
+  return ll_result();
+}
+
+void CudaOp::low_latency_combine(const TensorView& y, const LowLatencyHandle& handle,
+                                 const TensorView& out, void* stream_arg) {
+  CallScope scope(*this, CallKind::kLowLatencyCombine);
+  check_usable();
+  DeviceGuard guard(device_);
+  raise_device_error("low_latency_combine");
+  StepVerdict verdict = next_step(CallKind::kLowLatencyCombine);
+  try {
+    check_low_latency_combine_args(config_, world_size_, latest_low_latency_, handle, y, out,
+                                   {DeviceType::kCuda, device_});
+    check_not_aliased("out", out, owned_memory());
+  } catch (const InvalidArgument& e) {
+    verdict.error = e.what();
+  }
+  const bool accepted = verdict.error.empty();
+  auto stream = static_cast<cudaStream_t>(stream_arg);
+  const bool in_graph = capturing(stream);
+  if (!accepted && (in_graph || !config_.low_latency)) {
+    throw InvalidArgument(detail::concat("low_latency_combine: ", verdict.error));
+  }
+  try {
+    if (have_call_ && !in_graph)
+      MOE_EP_CUDA_CHECK(cudaStreamWaitEvent(stream, call_done_.get(), 0));
+    if (!accepted) {
+      std::memset(&host_.host()->my_reason, 0, sizeof(StepReason));
+      const size_t n = std::min(verdict.error.size(), sizeof(host_.host()->my_reason.text) - 1);
+      std::memcpy(host_.host()->my_reason.text, verdict.error.data(), n);
+      host_.host()->my_reason.text_bytes = static_cast<int32_t>(n);
+    }
+    LowLatencyParams p = ll_params(CallKind::kLowLatencyCombine, !accepted);
+    MOE_EP_CUDA_CHECK(launch_ll_step(p, stream));
+    last_kind_ = CallKind::kLowLatencyCombine;
+    last_verdict_ = verdict;
+    if (accepted) {
+      p.y = y.ptr<uint16_t>();
+      p.out = out.ptr<uint16_t>();
+      MOE_EP_CUDA_CHECK(launch_ll_combine(config_.combine_dtype, p, data_blocks_, stream));
+    }
+    if (!in_graph) end_call(stream);
+    if (!accepted) MOE_EP_CUDA_CHECK(cudaEventSynchronize(call_done_.get()));
+  } catch (const CudaError& e) {
+    poison_and_throw(e);
+  }
+  if (!accepted) raise_device_error("low_latency_combine", &verdict);
+}
+
+}  // namespace moe_ep::cuda_backend

@@ -1,0 +1,234 @@
+// Decode mode on the CUDA backend (label gpu, skipped without a GPU), on W ranks of one GPU
+// (make_single_gpu_world): every output of all dtype pairs at W = 2, 4 and 8, two rounds per op,
+// compared bit for bit with the reference (slabs below the counts, counts, sources, out); and the
+// graph test: each rank captures low_latency_dispatch -> an expert kernel -> low_latency_combine
+// in one CUDA graph and replays it 200 times with new inputs copied into the captured buffers
+// (new routing, masked slots, tokens with every slot masked, and rounds where every token is
+// masked), each replay checked bit for bit.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "formats/codecs.h"
+#include "testing/gpu_world.h"
+#include "testing/low_latency.h"
+
+namespace moe_ep {
+namespace {
+
+using testing::DtypePair;
+using testing::InputSpec;
+using testing::LowLatencyRound;
+using testing::RankInput;
+using testing::TestStream;
+
+OpConfig decode_config(int world_size, DtypePair pair) {
+  OpConfig c;
+  c.num_experts = 8 * world_size;
+  c.hidden = 2048;
+  c.topk = 4;
+  c.max_tokens_per_rank = 32;
+  c.dispatch_dtype = pair.dispatch;
+  c.combine_dtype = pair.combine;
+  c.low_latency = true;
+  return c;
+}
+
+std::vector<RankInput> decode_inputs(const OpConfig& c, int world_size, uint64_t salt) {
+  InputSpec spec;
+  spec.world_size = world_size;
+  spec.config = c;
+  spec.mask_prob = 0.2;
+  std::vector<int64_t> tokens(world_size);
+  for (int r = 0; r < world_size; ++r) tokens[r] = r == 1 ? 0 : 32 - 3 * r % 32;
+  return testing::make_inputs(spec, testing::test_seed() + salt, tokens);
+}
+
+// One eager round on rank `rank`: dispatch on the GPU, the reference's expert on the downloaded
+// slabs, combine; outputs downloaded into `round`.
+void gpu_low_latency_round(Op& op, int rank, LowLatencyRound& round, cudaStream_t stream) {
+  const OpConfig& c = op.config();
+  const int w = op.world_size();
+  testing::DeviceInput input(round.inputs[rank], 0);
+  DispatchArgs args = input.view;
+  args.stream = stream;
+  const LowLatencyDispatchResult d = op.low_latency_dispatch(args);
+  MOE_EP_CUDA_CHECK(cudaStreamSynchronize(stream));
+  round.views[rank] = d;
+  round.op_uids[rank] = op.uid();
+  round.received[rank] = reference::copy_low_latency_outputs(d, testing::device_to_host);
+  testing::DeviceBuffer y =
+      testing::DeviceBuffer::copy_of(testing::low_latency_expert(round.received[rank], c, w, rank));
+  const int64_t t = round.inputs[rank].num_tokens;
+  testing::DeviceBuffer out =
+      testing::DeviceBuffer::copy_of(std::vector<uint16_t>(t * c.hidden, 0xffff));
+  op.low_latency_combine(
+      TensorView::tensor3(y.ptr.get(), ScalarType::kBFloat16, c.num_experts / w,
+                          static_cast<int64_t>(w) * c.max_tokens_per_rank, c.hidden,
+                          DeviceType::kCuda, 0),
+      d.handle,
+      TensorView::matrix(out.ptr.get(), ScalarType::kBFloat16, t, c.hidden, DeviceType::kCuda, 0),
+      stream);
+  op.synchronize(stream);
+  round.out[rank].assign(t * c.hidden, 0);
+  if (t > 0) testing::device_to_host(round.out[rank].data(), out.ptr.get(), t * c.hidden * 2);
+}
+
+class GpuLowLatency : public ::testing::TestWithParam<int> {
+ protected:
+  void SetUp() override {
+    if (!testing::have_gpu()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
+  }
+};
+
+TEST_P(GpuLowLatency, AllDtypePairsEqualTheReference) {
+  const int world_size = GetParam();
+  for (const DtypePair& pair : testing::all_pairs()) {
+    SCOPED_TRACE(testing::pair_name(pair) + " at W=" + std::to_string(world_size));
+    const OpConfig c = decode_config(world_size, pair);
+    std::vector<LowLatencyRound> rounds;
+    rounds.emplace_back(world_size, decode_inputs(c, world_size, 1));
+    rounds.emplace_back(world_size, decode_inputs(c, world_size, 2));
+    auto comms = make_single_gpu_world(world_size);
+    testing::run_world(comms, [&](int rank, const std::shared_ptr<Communicator>& comm) {
+      auto op = create_op(comm, c);
+      TestStream stream;
+      for (LowLatencyRound& round : rounds) gpu_low_latency_round(*op, rank, round, stream.s);
+    });
+    for (size_t i = 0; i < rounds.size(); ++i) {
+      SCOPED_TRACE("round " + std::to_string(i + 1));
+      testing::check_low_latency_round(c, world_size, rounds[i], i + 1);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, GpuLowLatency, ::testing::Values(2, 4, 8),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return "W" + std::to_string(info.param);
+                         });
+
+// The expert of the tests on the device: y[e][row] = bf16(decode(x_row) * (e_global + 1) / 8)
+// for rows below the count, NaN (0xffff) past it, as testing::low_latency_expert does on the host.
+template <typename F>
+__global__ void scaled_expert_kernel(const uint8_t* payload, const uint8_t* scales,
+                                     const int32_t* count, int local_experts, int64_t slab_rows,
+                                     int hidden, int first_expert, uint16_t* y) {
+  const int64_t total = local_experts * slab_rows * hidden;
+  const int64_t payload_row = formats::payload_bytes_of<F>(hidden);
+  const int64_t scales_row = formats::scales_of<F>(hidden);
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t row = i / hidden;  // e * slab_rows + r
+    const int e = static_cast<int>(row / slab_rows);
+    if (row - e * slab_rows >= count[e]) {
+      y[i] = 0xffff;
+      continue;
+    }
+    const auto* s = reinterpret_cast<const typename F::Scale*>(scales) + row * scales_row;
+    const float v = formats::decode_elem<F>(payload + row * payload_row, s, i % hidden);
+    const float scaled = v * static_cast<float>(first_expert + e + 1);
+    y[i] = formats::float_to_bf16(scaled * 0.125f);
+  }
+}
+
+void launch_scaled_expert(const OpConfig& c, int world_size, int rank,
+                          const LowLatencyDispatchResult& d, uint16_t* y, cudaStream_t stream) {
+  const int local = c.num_experts / world_size;
+  const int64_t slab_rows = static_cast<int64_t>(world_size) * c.max_tokens_per_rank;
+  formats::visit_format(c.dispatch_dtype, [&](auto format) {
+    using F = decltype(format);
+    scaled_expert_kernel<F><<<256, 256, 0, stream>>>(
+        static_cast<const uint8_t*>(d.recv_x.data),
+        static_cast<const uint8_t*>(d.recv_x_scales.defined() ? d.recv_x_scales.data : nullptr),
+        static_cast<const int32_t*>(d.recv_count.data), local, slab_rows, c.hidden, rank * local,
+        y);
+  });
+  MOE_EP_CUDA_CHECK(cudaGetLastError());
+}
+
+// Inputs of replay `i`: new routing and weights every time; every 7th replay masks every token
+// (zero tokens by masking), others mask 20% of slots and every slot of every 5th token.
+std::vector<RankInput> replay_inputs(const OpConfig& c, int world_size, int i) {
+  InputSpec spec;
+  spec.world_size = world_size;
+  spec.config = c;
+  spec.mask_prob = 0.2;
+  std::vector<RankInput> inputs =
+      testing::make_inputs(spec, testing::test_seed() + 1000 + i,
+                           std::vector<int64_t>(world_size, c.max_tokens_per_rank));
+  for (RankInput& in : inputs) {
+    for (int64_t t = 0; t < in.num_tokens; ++t) {
+      if (i % 7 == 0 || (t + i) % 5 == 0) in.mask_token(t);
+    }
+  }
+  return inputs;
+}
+
+TEST(GpuLowLatencyGraph, CapturedRoundReplays200TimesWithNewInputs) {
+  if (!testing::have_gpu()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
+  const int world_size = 2;
+  const int replays = 200;
+  const OpConfig c = decode_config(world_size, {DispatchDtype::fp8, CombineDtype::bf16});
+  const int64_t t = c.max_tokens_per_rank;  // the captured shape: masking makes fewer tokens
+  std::vector<std::vector<RankInput>> inputs;
+  for (int i = 0; i < replays; ++i) inputs.push_back(replay_inputs(c, world_size, i));
+  std::vector<LowLatencyRound> rounds;
+  for (int i = 0; i < replays; ++i) rounds.emplace_back(world_size, inputs[i]);
+  auto comms = make_single_gpu_world(world_size);
+  testing::run_world(comms, [&](int rank, const std::shared_ptr<Communicator>& comm) {
+    auto op = create_op(comm, c);
+    TestStream stream;
+    // The captured buffers.
+    testing::DeviceInput input(inputs[0][rank], 0);
+    DispatchArgs args = input.view;
+    args.stream = stream.s;
+    const int local = c.num_experts / world_size;
+    const int64_t slab_rows = static_cast<int64_t>(world_size) * c.max_tokens_per_rank;
+    testing::DeviceBuffer y = testing::DeviceBuffer::of_bytes(local * slab_rows * c.hidden * 2);
+    testing::DeviceBuffer out = testing::DeviceBuffer::of_bytes(t * c.hidden * 2);
+    cudaGraph_t graph = nullptr;
+    MOE_EP_CUDA_CHECK(cudaStreamBeginCapture(stream.s, cudaStreamCaptureModeThreadLocal));
+    const LowLatencyDispatchResult d = op->low_latency_dispatch(args);
+    launch_scaled_expert(c, world_size, rank, d, static_cast<uint16_t*>(y.ptr.get()), stream.s);
+    op->low_latency_combine(
+        TensorView::tensor3(y.ptr.get(), ScalarType::kBFloat16, local, slab_rows, c.hidden,
+                            DeviceType::kCuda, 0),
+        d.handle,
+        TensorView::matrix(out.ptr.get(), ScalarType::kBFloat16, t, c.hidden, DeviceType::kCuda, 0),
+        stream.s);
+    MOE_EP_CUDA_CHECK(cudaStreamEndCapture(stream.s, &graph));
+    cudaGraphExec_t exec = nullptr;
+    MOE_EP_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    for (int i = 0; i < replays; ++i) {
+      const RankInput& in = inputs[i][rank];
+      MOE_EP_CUDA_CHECK(cudaMemcpyAsync(input.topk_idx.ptr.get(), in.topk_idx.data(),
+                                        in.topk_idx.size() * 4, cudaMemcpyHostToDevice, stream.s));
+      MOE_EP_CUDA_CHECK(cudaMemcpyAsync(input.topk_weights.ptr.get(), in.topk_weights.data(),
+                                        in.topk_weights.size() * 4, cudaMemcpyHostToDevice,
+                                        stream.s));
+      MOE_EP_CUDA_CHECK(cudaMemcpyAsync(input.x.ptr.get(), in.x.data(), in.x.size() * 2,
+                                        cudaMemcpyHostToDevice, stream.s));
+      MOE_EP_CUDA_CHECK(cudaGraphLaunch(exec, stream.s));
+      MOE_EP_CUDA_CHECK(cudaStreamSynchronize(stream.s));
+      LowLatencyRound& round = rounds[i];
+      round.views[rank] = d;
+      round.views[rank].handle.call_seq = i + 1;  // the device counted the calls; the host did not
+      round.op_uids[rank] = op->uid();
+      round.received[rank] = reference::copy_low_latency_outputs(d, testing::device_to_host);
+      round.out[rank].assign(t * c.hidden, 0);
+      testing::device_to_host(round.out[rank].data(), out.ptr.get(), t * c.hidden * 2);
+    }
+    op->synchronize(stream.s);  // raises anything the replays reported
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+  });
+  for (int i = 0; i < replays; ++i) {
+    SCOPED_TRACE("replay " + std::to_string(i));
+    testing::check_low_latency_round(c, world_size, rounds[i], i + 1);
+    if (::testing::Test::HasFailure()) break;  // one replay's report is enough
+  }
+}
+
+}  // namespace
+}  // namespace moe_ep
