@@ -224,10 +224,8 @@ def test_bad_configuration_names_the_field_on_every_rank(world_size, kwargs, fra
         assert op.world_size == 1
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "C++ CPU world (src/backends/cpu/world.cc): when every rank rejects the same creation, "
-    "each rank still counts the others' rejections as unaccounted for, so the next creation "
-    "fails on every rank with the stale reason; the one after that works"))
+# Every rank rejecting the same creation: each rejection is of the same round, so none of them
+# counts against the next creation (src/backends/cpu/world.cc).
 def test_creation_after_every_rank_rejected_works(run_ranks_outcomes):
     world = moe_ep.CpuWorld(2, timeout_s=TIMEOUT_S)
 
