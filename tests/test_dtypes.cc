@@ -1,7 +1,7 @@
-// Tests of the dtype names, parsing and per-row wire sizes (DESIGN 4-5): every enum value
+// Tests of the dtype names, parsing and per-row wire sizes (docs/design.md#wire-formats, #configuration): every enum value
 // round-trips through its short name and its string value, unknown names raise InvalidArgument
 // naming what was parsed, the value and the valid values, and the payload/scale sizes match the
-// DESIGN 4 table for the two hidden sizes that matter most (7168: DeepSeek-V3; 2880: gpt-oss).
+// docs/design.md#wire-formats table for the two hidden sizes that matter most (7168: DeepSeek-V3; 2880: gpt-oss).
 #include <gtest/gtest.h>
 
 #include <string>
@@ -159,7 +159,7 @@ TEST(DtypeSizes, BlockSizes) {
   EXPECT_EQ(block_size(CombineDtype::int8_e3m4), 32);
 }
 
-// Expected per-row sizes, worked out from DESIGN 4: bf16 is 2 B/elem; fp8 is 1 B/elem plus one
+// Expected per-row sizes, worked out from docs/design.md#wire-formats: bf16 is 2 B/elem; fp8 is 1 B/elem plus one
 // fp32 per 128; fp8 direct cast 1 B/elem; mxfp4 is 2 elem/B plus one e8m0 byte per 32; int8/e3m4
 // is 1 B/elem plus one 2-byte bf16 scale word per 32.
 TEST(DtypeSizes, Hidden7168) {
@@ -189,7 +189,7 @@ TEST(DtypeSizes, Hidden7168) {
 }
 
 // 2880 = 90 * 32 = 22.5 * 128: valid for mxfp4, int8/e3m4 and the unscaled formats, not for fp8 blockwise,
-// which op creation must reject (DESIGN 4), so no fp8 blockwise size is asserted here.
+// which op creation must reject (docs/design.md#wire-formats), so no fp8 blockwise size is asserted here.
 TEST(DtypeSizes, Hidden2880) {
   constexpr int64_t h = 2880;
   EXPECT_EQ(h % kMxfp4BlockSize, 0);
@@ -212,7 +212,7 @@ TEST(DtypeSizes, Hidden2880) {
   EXPECT_EQ(scale_bytes(CombineDtype::int8_e3m4, h), 180);
 }
 
-// The bytes/elem column of the DESIGN 4 table: (payload + scales) / H.
+// The bytes/elem column of the docs/design.md#wire-formats table: (payload + scales) / H.
 TEST(DtypeSizes, BytesPerElementMatchDesignTable) {
   constexpr int64_t h = 7168;
   auto per_elem = [](int64_t payload, int64_t scales) {

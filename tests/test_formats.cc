@@ -1,4 +1,4 @@
-// Hand-worked, bit-exact vectors for the wire codecs of DESIGN 4 (src/formats/): the scalar
+// Hand-worked, bit-exact vectors for the wire codecs of docs/design.md#wire-formats (src/formats/): the scalar
 // conversions (e4m3, e2m1, e8m0, bf16, int8, e3m4) at their edges (ties, subnormals, saturation,
 // clamping) and whole rows through encode_row/decode_row for each format, including the rule
 // that non-finite input never becomes finite on the wire. Every expected byte and float is written

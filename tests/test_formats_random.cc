@@ -2,7 +2,7 @@
 // headers' host functions (cuda_fp8.h, cuda_fp4.h, cuda_fp16.h, cuda_bf16.h) and against
 // references written here from the OCP definitions (nearest representable value, ties to the
 // even code), over several distributions including exact ties built from bit patterns; the row
-// codecs against a plain re-implementation of the DESIGN 4 formulas (int8/e3m4 also with every bf16
+// codecs against a plain re-implementation of the docs/design.md#wire-formats formulas (int8/e3m4 also with every bf16
 // value in several positions of blocks of several magnitudes); and the round-trip error of each
 // format on gaussian rows, with each bound's basis in a comment, plus the accuracy goals of
 // int8/e3m4 against fp8 blockwise (docs/formats.md). The seed is printed and can be set with
@@ -358,7 +358,7 @@ TEST(FormatsRandom, E3m4RoundingMatchesGridOnEveryBf16AndTie) {
   }
 }
 
-// --- row codecs vs the DESIGN 4 formulas ---------------------------------------------------------
+// --- row codecs vs the docs/design.md#wire-formats formulas ---------------------------------------------------------
 
 // A random bf16 row mixing distributions per block, with a few NaN/Inf sprinkled in.
 std::vector<uint16_t> random_row(Rng& rng, int n, int block, bool nonfinite) {
@@ -664,7 +664,7 @@ TEST(FormatsRandom, RoundTripErrorWithinBounds) {
   EXPECT_EQ(i8_outliers.over_bound, 0);
   std::printf("  sd 1: fp8 blockwise %.4f  fp8 direct cast %.4f  mxfp4 %.4f  int8/e3m4 %.4f\n",
               block.rel_l2, direct.rel_l2, mx.rel_l2, i8.rel_l2);
-  // Relative L2 error: /work/shared/ANCHORS.md measured 2.6% (fp8 blockwise), 2.7% (direct) and
+  // Relative L2 error: docs/formats.md (accuracy table) measured 2.6% (fp8 blockwise), 2.7% (direct) and
   // 11.5% (mxfp4) on gaussian sd 1. A uniform rounding error of half an ulp over a binade gives
   // about ulp/sqrt(12) relative to the value; bounds leave ~15% room above the measurement, and
   // the lower bounds catch a codec that stopped quantizing.
@@ -743,7 +743,7 @@ TEST(FormatsRandom, Fp8BlockwiseBeatsDirectCast) {
     const char* what;
     float sd, outlier;
   };
-  // ANCHORS.md: sd 0.02 -> 2.6% vs 3.3% (direct loses bits to e4m3 subnormals); outlier
+  // docs/formats.md (accuracy table): sd 0.02 -> 2.6% vs 3.3% (direct loses bits to e4m3 subnormals); outlier
   // channels x30 -> 1.1% vs 2.6%; sd 200 -> 2.6% vs 7.8% (direct saturates at 448).
   for (const Case& c : {Case{"sd 0.02", 0.02f, 1.0f}, Case{"outliers x30", 1.0f, 30.0f},
                         Case{"sd 200", 200.0f, 1.0f}}) {

@@ -1,4 +1,4 @@
-// The CPU backend (DESIGN 7): W ranks as threads of one process exchanging through shared
+// The CPU backend (docs/design.md#backends-and-transports): W ranks as threads of one process exchanging through shared
 // memory. It is the readable reference of the semantics and the default without a GPU.
 #pragma once
 

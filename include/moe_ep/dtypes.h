@@ -1,4 +1,4 @@
-// Wire-format dtypes of the two legs (DESIGN 4-5): the typed enums, their string values, block
+// Wire-format dtypes of the two legs (docs/design.md#wire-formats, #configuration): the typed enums, their string values, block
 // sizes and the per-row sizes of payload and scales. Parsing accepts the short names (bf16, fp8,
 // fp4, fp8_direct_cast, int8_e3m4) and the string values (bfloat16, float8_blockwise, ...); an
 // unknown name raises InvalidArgument listing the valid values.
@@ -26,7 +26,7 @@ inline constexpr DispatchDtype kAllDispatchDtypes[] = {DispatchDtype::bf16, Disp
 inline constexpr CombineDtype kAllCombineDtypes[] = {
     CombineDtype::bf16, CombineDtype::fp8, CombineDtype::fp8_direct_cast, CombineDtype::int8_e3m4};
 
-// String values of DESIGN 4 ("bfloat16", "float8_blockwise", ...).
+// String values of docs/design.md#wire-formats ("bfloat16", "float8_blockwise", ...).
 const char* to_string(DispatchDtype dtype);
 const char* to_string(CombineDtype dtype);
 const char* to_string(WeightDtype dtype);

@@ -29,7 +29,7 @@ from ._C import (  # noqa: F401  (re-exported)
     Timeout,
 )
 
-# Member names are the C++ enumerators, values the contract's string values (DESIGN 4).
+# Member names are the C++ enumerators, values the contract's string values (docs/design.md#wire-formats).
 DispatchDtype = enum.Enum("DispatchDtype", _C.dispatch_dtype_members(), module=__name__)
 CombineDtype = enum.Enum("CombineDtype", _C.combine_dtype_members(), module=__name__)
 WeightDtype = enum.Enum("WeightDtype", _C.weight_dtype_members(), module=__name__)
@@ -86,7 +86,7 @@ class DtypeResolution(NamedTuple):
 
 def resolve_dtypes(weight_dtype="bf16", dispatch_dtype="auto", combine_dtype="auto",
                    env: Optional[dict] = None, stacklevel: int = 2) -> DtypeResolution:
-    """Resolves both dtypes as C++ resolve_dtypes does (DESIGN 5).
+    """Resolves both dtypes as C++ resolve_dtypes does (docs/design.md#configuration).
 
     env=None reads the process environment once per process (as C++ Knobs::get()); a dict of
     MOE_EP_* variables is parsed instead. Every warning of the resolution is issued through

@@ -22,7 +22,7 @@ INT32_MIN, INT32_MAX = -2 ** 31, 2 ** 31 - 1
 
 
 class DispatchOutput(NamedTuple):
-    """What dispatch returns besides the handle (DESIGN 2); R = num_recv rows."""
+    """What dispatch returns besides the handle (docs/design.md#dispatch); R = num_recv rows."""
     recv_x: Any                        # [R, H] bf16 / float8_e4m3fn, or [R, H/2] uint8 e2m1 pairs
     recv_x_scales: Any                 # [R, H/128] float32 / [R, H/32] e8m0; None for bf16
     recv_topk_idx: Any                 # [R, K] int32: local expert id or -1

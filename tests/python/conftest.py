@@ -15,8 +15,14 @@ import threading
 import time
 import zlib
 
-import numpy as np
-import pytest
+# Before anything initializes CUDA: the single-GPU world's ranks wait on each other's kernels
+# across streams of one device, which needs a hardware queue per stream and eager module loading
+# (a lazily loaded kernel's first launch can wait for another rank's waiting kernel).
+os.environ.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "32")
+os.environ.setdefault("CUDA_MODULE_LOADING", "EAGER")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
 
 import np_reference as ref
 

@@ -19,10 +19,15 @@
 
 namespace moe_ep::testing {
 
-// Before the process first uses CUDA: enough hardware queues that every rank's stream has its
-// own (with the default 8, a rank's kernel can queue behind another rank's waiting kernel and
-// both wait until the timeout; see src/backends/cuda/resources.h, Stream).
-inline const bool kEnoughHardwareQueues = (setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 1), true);
+// Before the process first uses CUDA, two settings the single-GPU world needs, since its ranks'
+// kernels wait on each other across streams of one device:
+// - enough hardware queues that every rank's stream has its own (with the default 8, a rank's
+//   kernel can queue behind another rank's waiting kernel; src/backends/cuda/resources.h);
+// - eager module loading: with lazy loading (the default) the first launch of a kernel loads its
+//   module and may wait for the whole context, i.e. for another rank's kernel that is waiting
+//   for this rank. Graph replays, which load everything at instantiation, never hit it.
+inline const bool kEnoughHardwareQueues = (setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 1),
+                                           setenv("CUDA_MODULE_LOADING", "EAGER", 1), true);
 
 // True when a GPU is visible; GPU tests skip (visibly) otherwise.
 inline bool have_gpu() { return kEnoughHardwareQueues && cuda_device_count() > 0; }

@@ -173,7 +173,7 @@ inline void check_round(const OpConfig& config, int world_size, const RoundResul
   }
 }
 
-// Every (dispatch, combine) dtype pair, for loops over the 3x3 matrix.
+// Every (dispatch, combine) dtype pair (3 x 4).
 struct DtypePair {
   DispatchDtype dispatch;
   CombineDtype combine;

@@ -14,4 +14,10 @@ cudaError_t launch_create_rendezvous(const CreateParams& p, cudaStream_t stream)
   return cudaGetLastError();
 }
 
+cudaError_t preload_agreement_kernels() {
+  cudaFuncAttributes attr;
+  const cudaError_t status = cudaFuncGetAttributes(&attr, step_kernel);
+  return status != cudaSuccess ? status : cudaFuncGetAttributes(&attr, create_rendezvous_kernel);
+}
+
 }  // namespace moe_ep::cuda_backend

@@ -1,11 +1,9 @@
 // The device side of the agreements of docs/design.md#collective-calls-and-agreement.
 //
-// step_kernel (one block, thread q for peer q) starts every dispatch and combine: it stores this
-// rank's step word {info, tag = step} into peer q's buffer, with the reason first when this rank
-// rejected (the host said so, or a data scan already set the error flag), then waits (bounded)
-// for peer q's word of the same step and compares the calls. The block settles the outcome in
-// the order the host will rank it: a peer in another call first, then the lowest peer that
-// rejected; on either it sets the error flag, so the call's later kernels move nothing. Step
+// step_kernel (one block, thread q for peer q) starts every dispatch and combine: it exchanges
+// step words with every peer (step_exchange.cuh), this rank counting as rejected when the host
+// said so or a data scan already set the error flag, and settles the outcome in the order the
+// host will rank it: a peer in another call first, then the lowest peer that rejected. Step
 // words alternate between two parities: a rank can be at most one step ahead of a peer (it waits
 // for the peer's word of every step), so it never overwrites a word the peer has not read.
 //
@@ -18,76 +16,22 @@
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/cuda_comm.h"
 #include "backends/cuda/launch.h"
+#include "backends/cuda/step_exchange.cuh"
 
 namespace moe_ep::cuda_backend {
 
 __global__ void step_kernel(StepParams p) {
-  const RankInfo& info = p.info;
-  const int q = threadIdx.x;
-  __shared__ int scan_rejected;  // this rank's data scan already failed
-  __shared__ int out_of_step;    // lowest peer in another call, or world_size
-  __shared__ int rejected_by;    // lowest peer that rejected, or world_size
-  __shared__ int gave_up;
-  if (q == 0) {
-    scan_rejected = ld_volatile(p.err.flag) != 0;
-    out_of_step = info.world_size;
-    rejected_by = info.world_size;
-    gave_up = 0;
-  }
+  __shared__ StepVotes votes;
+  if (threadIdx.x == 0) init_step_votes(votes, p.err, p.info.world_size);
   __syncthreads();
-  const bool rejected = StepInfo::rejected(p.info_word) || scan_rejected;
+  const bool rejected = StepInfo::rejected(p.info_word) || votes.scan_rejected;
   const uint64_t my_info =
       StepInfo::pack(StepInfo::kind(p.info_word), rejected, StepInfo::call(p.info_word));
-  const int parity = static_cast<int>(p.step & 1);
-  if (q < info.world_size) {
-    char* peer = p.peers.base[q];
-    if (rejected) {
-      auto* slot = reinterpret_cast<StepReason*>(peer + p.layout.reason_offset(parity, info.rank));
-      if (scan_rejected) {
-        StepReason r{};
-        r.record = *p.err.host;  // mapped host memory, read once on this rare path
-        r.has_record = 1;
-        copy_words(slot, &r, sizeof(StepReason));
-      } else {
-        copy_words(slot, p.my_reason, sizeof(StepReason));
-      }
-    }
-    auto* word = reinterpret_cast<uint64_t*>(peer + p.layout.step_offset(parity, info.rank));
-    word[0] = my_info;
-    st_release_sys(word + 1, p.step);
-  }
-  uint64_t peer_info = 0;
-  if (q < info.world_size) {
-    const auto* word = reinterpret_cast<const uint64_t*>(p.peers.base[info.rank] +
-                                                         p.layout.step_offset(parity, q));
-    uint64_t tag = 0;
-    // Acquire: the info word and the reason were stored before the tag.
-    if (wait_tagged(word + 1, 0, p.step, p.timeout_ns, p.err, kPhaseStep, info.rank, q, &tag)) {
-      peer_info = __ldcg(word);
-      if (!StepInfo::same_call(peer_info, my_info)) atomicMin(&out_of_step, q);
-      if (StepInfo::rejected(peer_info) && q != info.rank) atomicMin(&rejected_by, q);
-    } else {
-      gave_up = 1;
-    }
-  }
+  const uint64_t peer_info =
+      exchange_step_words(p.info, p.peers, p.layout, StepWords::kNormal, p.step, my_info,
+                          p.my_reason, p.timeout_ns, p.err, votes);
   __syncthreads();
-  if (gave_up) return;  // a timeout is already reported
-  const int chosen = out_of_step < info.world_size ? out_of_step : rejected_by;
-  if (q != chosen || chosen == info.world_size) return;
-  StepOutcome* o = p.outcome;
-  o->step = p.step;
-  o->peer = q;
-  o->peer_info = peer_info;
-  if (out_of_step < info.world_size) {
-    o->status = kStepOutOfStep;
-  } else {
-    copy_words(&o->reason, p.peers.base[info.rank] + p.layout.reason_offset(parity, q),
-               sizeof(StepReason));
-    o->status = kStepPeerRejected;
-  }
-  __threadfence_system();
-  // Later kernels of this call see the flag and move nothing; the host reads the outcome.
-  report_error(p.err, kDevStepFailed, kPhaseStep, info.rank, q, 0, 0, -1, -1, 0);
+  settle_step_votes(p.info, p.peers, p.layout, p.step, peer_info, p.outcome, p.err, votes);
 }
 
 __device__ __forceinline__ bool same_config(const int64_t* a, const int64_t* b) {

@@ -12,4 +12,15 @@ cudaError_t launch_combine(CombineDtype dtype, const CombineParams& p, int num_b
   });
 }
 
+cudaError_t preload_combine_kernels() {
+  for (CombineDtype dtype : kAllCombineDtypes) {
+    const cudaError_t status = formats::visit_format(dtype, [](auto format) {
+      cudaFuncAttributes attr;
+      return cudaFuncGetAttributes(&attr, combine_kernel<decltype(format)>);
+    });
+    if (status != cudaSuccess) return status;
+  }
+  return cudaSuccess;
+}
+
 }  // namespace moe_ep::cuda_backend

@@ -22,4 +22,19 @@ cudaError_t launch_dispatch(DispatchDtype dtype, bool prequantized, const Dispat
   });
 }
 
+cudaError_t preload_dispatch_kernels() {
+  for (DispatchDtype dtype : kAllDispatchDtypes) {
+    const cudaError_t status = formats::visit_format(dtype, [](auto format) {
+      using F = decltype(format);
+      cudaFuncAttributes attr;
+      cudaError_t s = cudaFuncGetAttributes(&attr, dispatch_kernel<F, true>);
+      if (s == cudaSuccess) s = cudaFuncGetAttributes(&attr, dispatch_kernel<F, false>);
+      return s;
+    });
+    if (status != cudaSuccess) return status;
+  }
+  cudaFuncAttributes attr;
+  return cudaFuncGetAttributes(&attr, dispatch_wait_kernel);
+}
+
 }  // namespace moe_ep::cuda_backend

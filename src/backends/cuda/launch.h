@@ -197,4 +197,18 @@ cudaError_t launch_ll_combine(CombineDtype dtype, const LowLatencyParams& p, int
 cudaError_t resolve_peer_pointers(void* window, int world_size, char** out_device,
                                   cudaStream_t stream);
 
+// Loads every kernel of the library on the current device (cudaFuncGetAttributes). With CUDA's
+// lazy loading (the default), a kernel's first launch may wait for the device's running work
+// (the CUDA programming guide's lazy-loading hazards); a rank's first launch would then wait for
+// a peer's kernel that is waiting for this rank, until the timeout. preload_kernels (preload.cc)
+// runs these once per device, before any kernel of the library can be waiting.
+cudaError_t preload_agreement_kernels();
+cudaError_t preload_notify_kernels();
+cudaError_t preload_dispatch_kernels();
+cudaError_t preload_combine_kernels();
+cudaError_t preload_ll_kernels();
+cudaError_t preload_symmetric_kernels();
+// Once per device and process; later calls return at once. Throws on a CUDA error.
+void preload_kernels(int device);
+
 }  // namespace moe_ep::cuda_backend

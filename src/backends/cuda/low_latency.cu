@@ -37,4 +37,28 @@ cudaError_t launch_ll_combine(CombineDtype dtype, const LowLatencyParams& p, int
   });
 }
 
+cudaError_t preload_ll_kernels() {
+  cudaFuncAttributes attr;
+  cudaError_t status = cudaFuncGetAttributes(&attr, ll_step_kernel);
+  for (DispatchDtype dtype : kAllDispatchDtypes) {
+    if (status != cudaSuccess) return status;
+    status = formats::visit_format(dtype, [](auto format) {
+      using F = decltype(format);
+      cudaFuncAttributes a;
+      cudaError_t s = cudaFuncGetAttributes(&a, ll_send_kernel<F, true>);
+      if (s == cudaSuccess) s = cudaFuncGetAttributes(&a, ll_send_kernel<F, false>);
+      if (s == cudaSuccess) s = cudaFuncGetAttributes(&a, ll_expand_kernel<F>);
+      return s;
+    });
+  }
+  for (CombineDtype dtype : kAllCombineDtypes) {
+    if (status != cudaSuccess) return status;
+    status = formats::visit_format(dtype, [](auto format) {
+      cudaFuncAttributes a;
+      return cudaFuncGetAttributes(&a, ll_combine_kernel<decltype(format)>);
+    });
+  }
+  return status;
+}
+
 }  // namespace moe_ep::cuda_backend

@@ -26,6 +26,7 @@
 
 #include "backends/cuda/combine.cuh"
 #include "backends/cuda/data_common.cuh"
+#include "backends/cuda/step_exchange.cuh"
 
 namespace moe_ep::cuda_backend {
 
@@ -35,80 +36,32 @@ inline constexpr uint64_t kDecodeTag = 1ull << 63;
 // The decode step word's kind and verdict; the call number comes from LowLatencyState.
 __global__ void ll_step_kernel(LowLatencyParams p) {
   const RankInfo& info = p.info;
-  const int q = threadIdx.x;
   LowLatencyState* state = p.state;
   __shared__ uint64_t step, call;
-  __shared__ int scan_rejected, out_of_step, rejected_by, gave_up;
+  __shared__ StepVotes votes;
   const bool dispatch = p.kind == static_cast<int>(CallKind::kLowLatencyDispatch);
-  if (q == 0) {
+  if (threadIdx.x == 0) {
     step = state->step + 1;
     call = dispatch ? state->dispatch_calls + 1 : state->dispatch_calls;
-    scan_rejected = ld_volatile(p.err.flag) != 0;
-    out_of_step = info.world_size;
-    rejected_by = info.world_size;
-    gave_up = 0;
+    init_step_votes(votes, p.err, info.world_size);
   }
   __syncthreads();
-  const bool rejected = p.host_rejected || scan_rejected;
+  const bool rejected = p.host_rejected || votes.scan_rejected;
   const uint64_t my_info = StepInfo::pack(p.kind, rejected, call);
-  const int parity = static_cast<int>(step & 1);
-  if (q < info.world_size) {
-    char* peer = p.peers.base[q];
-    if (rejected) {
-      auto* slot = reinterpret_cast<StepReason*>(peer + p.layout.reason_offset(parity, info.rank));
-      if (scan_rejected) {
-        StepReason r{};
-        r.record = *p.err.host;
-        r.has_record = 1;
-        copy_words(slot, &r, sizeof(StepReason));
-      } else {
-        copy_words(slot, p.my_reason, sizeof(StepReason));
-      }
-    }
-    auto* word = reinterpret_cast<uint64_t*>(peer + p.layout.ll_step_offset(parity, info.rank));
-    word[0] = my_info;
-    st_release_sys(word + 1, step);
-  }
-  uint64_t peer_info = 0;
-  if (q < info.world_size) {
-    const auto* word = reinterpret_cast<const uint64_t*>(p.peers.base[info.rank] +
-                                                         p.layout.ll_step_offset(parity, q));
-    uint64_t tag = 0;
-    if (wait_tagged(word + 1, 0, step, p.timeout_ns, p.err, kPhaseStep, info.rank, q, &tag)) {
-      peer_info = __ldcg(word);
-      if (!StepInfo::same_call(peer_info, my_info)) atomicMin(&out_of_step, q);
-      if (StepInfo::rejected(peer_info) && q != info.rank) atomicMin(&rejected_by, q);
-    } else {
-      gave_up = 1;
-    }
-  }
+  const uint64_t peer_info = exchange_step_words(info, p.peers, p.layout, StepWords::kDecode, step,
+                                                 my_info, p.my_reason, p.timeout_ns, p.err, votes);
   __syncthreads();
-  if (q == 0) {
+  if (threadIdx.x == 0) {
     // The step happened on every rank whatever its outcome; the call counts only if it ran.
     state->step = step;
-    const bool ran =
-        !gave_up && !rejected && out_of_step == info.world_size && rejected_by == info.world_size;
+    const bool ran = !votes.gave_up && !rejected && votes.out_of_step == info.world_size &&
+                     votes.rejected_by == info.world_size;
     if (ran && dispatch) {
       state->dispatch_calls = call;
       state->dispatch_step = step;  // the combine finds this dispatch's rows by it
     }
   }
-  if (gave_up) return;
-  const int chosen = out_of_step < info.world_size ? out_of_step : rejected_by;
-  if (q != chosen || chosen == info.world_size) return;
-  StepOutcome* o = p.outcome;
-  o->step = step;
-  o->peer = q;
-  o->peer_info = peer_info;
-  if (out_of_step < info.world_size) {
-    o->status = kStepOutOfStep;
-  } else {
-    copy_words(&o->reason, p.peers.base[info.rank] + p.layout.reason_offset(parity, q),
-               sizeof(StepReason));
-    o->status = kStepPeerRejected;
-  }
-  __threadfence_system();
-  report_error(p.err, kDevStepFailed, kPhaseStep, info.rank, q, 0, 0, -1, -1, 0);
+  settle_step_votes(info, p.peers, p.layout, step, peer_info, p.outcome, p.err, votes);
 }
 
 // The destinations of token t: bit d set when one of its unmasked slots names an expert of d.

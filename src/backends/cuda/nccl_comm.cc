@@ -75,6 +75,7 @@ NcclCommunicator::NcclCommunicator(ncclComm_t comm, int device, uint64_t group_i
   MOE_EP_NCCL_CHECK(ncclCommCount(comm_, &size_));
   MOE_EP_CUDA_CHECK(cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, device_));
   ledger_.init(device_, size_);
+  preload_kernels(device_);  // before any kernel of ours can wait for a peer (launch.h)
   control_ = allocate(kControlBytesPerRank * static_cast<size_t>(size_));
   publish(*control_);
 }

@@ -24,4 +24,10 @@ cudaError_t launch_notify(const NotifyParams& p, int max_blocks, cudaStream_t st
   return cudaGetLastError();
 }
 
+cudaError_t preload_notify_kernels() {
+  cudaFuncAttributes attr;
+  const cudaError_t status = cudaFuncGetAttributes(&attr, validate_kernel);
+  return status != cudaSuccess ? status : cudaFuncGetAttributes(&attr, notify_kernel);
+}
+
 }  // namespace moe_ep::cuda_backend

@@ -14,6 +14,7 @@
 #include "backends/cpu/barrier.h"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/cuda_comm.h"
+#include "backends/cuda/launch.h"
 #include "backends/cuda/resources.h"
 #include "core/log.h"
 #include "moe_ep/config.h"
@@ -130,6 +131,10 @@ std::vector<std::shared_ptr<Communicator>> make_single_gpu_world(int world_size,
   // queues than streams a rank's kernel can wait behind another rank's waiting kernel.
   const char* connections = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
   const int queues = connections != nullptr ? std::atoi(connections) : 8;
+  // With lazy module loading (CUDA's default) a rank's first launch of a kernel may wait for the
+  // device's running work, i.e. for another rank's kernel waiting for this one: load them all
+  // now, before any rank exists (launch.h, preload_kernels).
+  cuda_backend::preload_kernels(device);
   if (queues < 2 * world_size + 2) {
     MOE_EP_LOG(LogLevel::kWarn, "make_single_gpu_world(", world_size,
                "): CUDA_DEVICE_MAX_CONNECTIONS=", queues, " hardware queues may be too few for ",

@@ -1,0 +1,31 @@
+// Loads every kernel of the library once per device, before any of them can be waiting for a
+// peer (launch.h, preload_kernels). Called where a communicator is made and again at op
+// creation, always before the first kernel that waits.
+#include <mutex>
+#include <set>
+
+#include "backends/cuda/cuda_check.h"
+#include "backends/cuda/launch.h"
+#include "core/log.h"
+
+namespace moe_ep::cuda_backend {
+
+void preload_kernels(int device) {
+  static std::mutex mutex;
+  static std::set<int> loaded;  // devices whose kernels are loaded in this process
+  // Held while loading: a second rank's thread waits here instead of launching a kernel of
+  // its own that could be the one to wait for the device's running work.
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (loaded.count(device) != 0) return;
+  DeviceGuard guard(device);
+  MOE_EP_CUDA_CHECK(preload_agreement_kernels());
+  MOE_EP_CUDA_CHECK(preload_notify_kernels());
+  MOE_EP_CUDA_CHECK(preload_dispatch_kernels());
+  MOE_EP_CUDA_CHECK(preload_combine_kernels());
+  MOE_EP_CUDA_CHECK(preload_ll_kernels());
+  MOE_EP_CUDA_CHECK(preload_symmetric_kernels());
+  loaded.insert(device);
+  MOE_EP_LOG(LogLevel::kDebug, "loaded the library's kernels on device ", device);
+}
+
+}  // namespace moe_ep::cuda_backend

@@ -1,0 +1,106 @@
+// The step word exchange shared by normal mode's step_kernel (agreement.cuh) and decode mode's
+// ll_step_kernel (low_latency.cuh); they differ only in where the step number, the call number
+// and the words live. One block, thread q for peer q:
+//   exchange_step_words: stores this rank's {info, tag = step} into peer q's buffer, with the
+//     reason first when this rank rejected, then waits (bounded) for peer q's word of the same
+//     step and votes: a peer in another call, a peer that rejected, or a timeout.
+//   settle_step_votes: the thread of the chosen peer (a peer in another call first, then the
+//     lowest peer that rejected) fills the outcome record and sets the error flag, so the call's
+//     later kernels move nothing and the host reads the outcome.
+#pragma once
+
+#include <cstdint>
+
+#include "backends/cuda/common.cuh"
+#include "backends/cuda/launch.h"
+
+namespace moe_ep::cuda_backend {
+
+// Block-shared votes of one exchange; init_step_votes by thread 0 before a __syncthreads().
+struct StepVotes {
+  int scan_rejected;  // this rank's data scan already failed
+  int out_of_step;    // lowest peer in another call, or world_size
+  int rejected_by;    // lowest peer that rejected, or world_size
+  int gave_up;        // a wait timed out (already reported)
+};
+
+__device__ inline void init_step_votes(StepVotes& v, const ErrorSink& err, int world_size) {
+  v.scan_rejected = ld_volatile(err.flag) != 0;
+  v.out_of_step = world_size;
+  v.rejected_by = world_size;
+  v.gave_up = 0;
+}
+
+// Where the words of one kind of step live: normal mode's or decode mode's step words.
+enum class StepWords { kNormal, kDecode };
+
+__device__ inline int64_t step_word_offset(const BufferLayout& layout, StepWords words, int parity,
+                                           int src) {
+  return words == StepWords::kNormal ? layout.step_offset(parity, src)
+                                     : layout.ll_step_offset(parity, src);
+}
+
+// Returns peer q's info word (0 when q >= world_size or the wait gave up).
+__device__ inline uint64_t exchange_step_words(const RankInfo& info, const PeerTable& peers,
+                                               const BufferLayout& layout, StepWords words,
+                                               uint64_t step, uint64_t my_info,
+                                               const StepReason* my_reason, uint64_t timeout_ns,
+                                               const ErrorSink& err, StepVotes& v) {
+  const int q = threadIdx.x;
+  const int parity = static_cast<int>(step & 1);
+  if (q >= info.world_size) return 0;
+  char* peer = peers.base[q];
+  if (StepInfo::rejected(my_info)) {
+    auto* slot = reinterpret_cast<StepReason*>(peer + layout.reason_offset(parity, info.rank));
+    if (v.scan_rejected) {
+      StepReason r{};
+      r.record = *err.host;  // mapped host memory, read once on this rare path
+      r.has_record = 1;
+      copy_words(slot, &r, sizeof(StepReason));
+    } else {
+      copy_words(slot, my_reason, sizeof(StepReason));
+    }
+  }
+  auto* mine =
+      reinterpret_cast<uint64_t*>(peer + step_word_offset(layout, words, parity, info.rank));
+  mine[0] = my_info;
+  st_release_sys(mine + 1, step);
+  const auto* theirs = reinterpret_cast<const uint64_t*>(
+      peers.base[info.rank] + step_word_offset(layout, words, parity, q));
+  uint64_t tag = 0;
+  // Acquire: the info word and the reason were stored before the tag.
+  if (!wait_tagged(theirs + 1, 0, step, timeout_ns, err, kPhaseStep, info.rank, q, &tag)) {
+    v.gave_up = 1;
+    return 0;
+  }
+  const uint64_t peer_info = __ldcg(theirs);
+  if (!StepInfo::same_call(peer_info, my_info)) atomicMin(&v.out_of_step, q);
+  if (StepInfo::rejected(peer_info) && q != info.rank) atomicMin(&v.rejected_by, q);
+  return peer_info;
+}
+
+// After a __syncthreads() that follows exchange_step_words.
+__device__ inline void settle_step_votes(const RankInfo& info, const PeerTable& peers,
+                                         const BufferLayout& layout, uint64_t step,
+                                         uint64_t peer_info, StepOutcome* o, const ErrorSink& err,
+                                         const StepVotes& v) {
+  const int q = threadIdx.x;
+  if (v.gave_up) return;  // a timeout is already reported
+  const int chosen = v.out_of_step < info.world_size ? v.out_of_step : v.rejected_by;
+  if (q != chosen || chosen == info.world_size) return;
+  o->step = step;
+  o->peer = q;
+  o->peer_info = peer_info;
+  if (v.out_of_step < info.world_size) {
+    o->status = kStepOutOfStep;
+  } else {
+    const int parity = static_cast<int>(step & 1);
+    copy_words(&o->reason, peers.base[info.rank] + layout.reason_offset(parity, q),
+               sizeof(StepReason));
+    o->status = kStepPeerRejected;
+  }
+  __threadfence_system();
+  report_error(err, kDevStepFailed, kPhaseStep, info.rank, q, 0, 0, -1, -1, 0);
+}
+
+}  // namespace moe_ep::cuda_backend
