@@ -1,5 +1,6 @@
 # Tests of the `moe-ep` command line (docs/bench.md), labelled `cpu`: small checked benches that
-# must end in "# wrong: 0 OK", the --json output, `moe-ep config`, and one test per bad argument
+# must end in "# wrong: 0 OK" (normal and decode mode), the --json output of both modes,
+# `moe-ep config`, and one test per bad argument
 # asserting exit code 2 and a single stderr line that names the argument and the value.
 # The drivers are tests/cli/*.sh; each test runs in well under 10 s on two cores.
 if(NOT TARGET moe-ep)
@@ -65,6 +66,36 @@ add_test(NAME cli_bench_json
                  ${CMAKE_CURRENT_BINARY_DIR}/cli_bench_json)
 set_tests_properties(cli_bench_json PROPERTIES LABELS cpu TIMEOUT 60)
 
+# Decode mode (--mode decode): low_latency_dispatch / low_latency_combine, checked bit for bit
+# against the reference's decode mode, at world sizes 1 to 4, with and without unused slab rows
+# (--max-tokens above --tokens), masked slots and a rank without tokens.
+moe_ep_cli_ok(bench_decode_all_pairs "mode decode" "bf16     bf16" "fp4      int8_e3m4"
+              "# wrong: 0 OK" --
+              ${MOE_EP_CLI} bench --backend cpu --mode decode --ranks 3 --experts 12 --topk 5
+              --tokens 4 ${small})
+moe_ep_cli_ok(bench_decode_world1 "mode decode" "ranks 1" "fp4      fp8 " "# wrong: 0 OK" --
+              ${MOE_EP_CLI} bench --backend cpu --mode decode --ranks 1 --experts 4 --topk 2
+              --tokens 5 --dispatch-dtype fp4 --combine-dtype fp8 ${small})
+moe_ep_cli_ok(bench_decode_masked "mode decode" "masked 0.5" "fp8      fp8_direct_cast"
+              "# wrong: 0 OK" --
+              ${MOE_EP_CLI} bench --backend cpu --mode decode --ranks 4 --experts 16 --topk 4
+              --tokens 16 --max-tokens 32 --masked-fraction 0.5 --seed 3 --dispatch-dtype fp8
+              --combine-dtype fp8_direct_cast ${small})
+moe_ep_cli_ok(bench_decode_bf16_int8_e3m4 "mode decode" "bf16     int8_e3m4" "# wrong: 0 OK" --
+              ${MOE_EP_CLI} bench --backend cpu --mode decode --ranks 2 --experts 8 --topk 3
+              --tokens 32 --dispatch-dtype bf16 --combine-dtype int8_e3m4 ${small})
+moe_ep_cli_ok(bench_decode_zero_tokens "mode decode" "# wrong: 0 OK" --
+              ${MOE_EP_CLI} bench --backend cpu --mode decode --ranks 2 --experts 4 --topk 2
+              --tokens 0 ${small})
+moe_ep_cli_ok(bench_mode_normal "mode normal" "# wrong: 0 OK" --
+              ${MOE_EP_CLI} bench --backend cpu --mode normal --ranks 2 --experts 4 --topk 2
+              --tokens 4 --dispatch-dtype bf16 --combine-dtype bf16 ${small})
+# The JSON of decode mode: mode "decode", normal mode's fields, and the same bytes as normal mode.
+add_test(NAME cli_bench_decode_json
+         COMMAND bash ${MOE_EP_CLI_DIR}/bench_decode_json.sh ${MOE_EP_CLI}
+                 ${CMAKE_CURRENT_BINARY_DIR}/cli_bench_decode_json)
+set_tests_properties(cli_bench_decode_json PROPERTIES LABELS cpu TIMEOUT 60)
+
 # moe-ep config: resolution, sources, warnings, knobs.
 moe_ep_cli_ok(config_fp4 "mxfp4_blockwise" "float8_blockwise" "auto: weights mxfp4" "knobs:"
               "MOE_EP_TIMEOUT_S" -- ${MOE_EP_CLI} config --weights fp4)
@@ -105,6 +136,14 @@ moe_ep_cli_error(baseline_nccl_cpu 2 "--baseline=nccl" "--backend cuda" "cpu" --
                  ${MOE_EP_CLI} bench --baseline nccl --backend cpu)
 moe_ep_cli_error(baseline_unknown 2 "--baseline=bogus" "none|nccl" --
                  ${MOE_EP_CLI} bench --baseline bogus)
+moe_ep_cli_error(mode_unknown 2 "--mode=prefill" "normal|decode" --
+                 ${MOE_EP_CLI} bench --mode prefill)
+# The NCCL baseline times normal mode's legs: with --mode decode it is a bad argument, whatever
+# the backend.
+moe_ep_cli_error(decode_baseline_nccl 2 "--baseline=nccl" "--mode decode" "none" --
+                 ${MOE_EP_CLI} bench --mode decode --baseline nccl --backend cpu)
+moe_ep_cli_error(decode_tokens_above_max 2 "--tokens=64" "32" --
+                 ${MOE_EP_CLI} bench --mode decode --tokens 64 --max-tokens 32)
 moe_ep_cli_error(unknown_option 2 "--bogus" -- ${MOE_EP_CLI} bench --bogus)
 moe_ep_cli_error(no_command 2 "subcommand" -- ${MOE_EP_CLI})
 moe_ep_cli_error(config_env_bogus 2 "MOE_EP_DISPATCH_DTYPE" "bogus" --

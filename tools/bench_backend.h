@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -71,6 +72,16 @@ class BenchBackend {
   virtual void timer_start(int rank, Leg leg) = 0;
   virtual void timer_stop(int rank, Leg leg) = 0;
   virtual double elapsed_us(int rank, Leg leg) = 0;
+
+  // Graphs (decode mode times replays, not host calls). capture() records what `issue` enqueues on
+  // stream(rank) into a graph, without running it, and returns a callable that replays the graph
+  // on stream(rank) (asynchronous, like the calls it holds). An empty function where the backend
+  // has no graphs (CPU): the caller then issues the calls directly.
+  virtual std::function<void()> capture(int rank, const std::function<void()>& issue) {
+    (void)rank;
+    (void)issue;
+    return {};
+  }
 
   // Unidirectional bandwidth (GB/s) that bounds what one rank can send to the others, for the
   // %floor column (CUDA: the NVLink bandwidth of the device); nullopt when there is none (CPU).

@@ -169,6 +169,28 @@ class CudaBenchBackend final : public BenchBackend {
     MOE_EP_CUDA_CHECK(cudaStreamSynchronize(ranks_[rank].stream));
   }
 
+  std::function<void()> capture(int rank, const std::function<void()>& issue) override {
+    cudaStream_t stream = ranks_[rank].stream;
+    // Thread-local: the other ranks' threads capture or run their own calls meanwhile.
+    MOE_EP_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    try {
+      issue();
+    } catch (...) {
+      cudaGraph_t partial = nullptr;
+      cudaStreamEndCapture(stream, &partial);  // leave the stream usable; the error is issue's
+      if (partial != nullptr) cudaGraphDestroy(partial);
+      throw;
+    }
+    cudaGraph_t graph = nullptr;
+    MOE_EP_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t instantiated = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    MOE_EP_CUDA_CHECK(instantiated);
+    std::shared_ptr<CUgraphExec_st> owned(exec, [](cudaGraphExec_t e) { cudaGraphExecDestroy(e); });
+    return [owned, stream] { MOE_EP_CUDA_CHECK(cudaGraphLaunch(owned.get(), stream)); };
+  }
+
   void timer_start(int rank, Leg leg) override {
     MOE_EP_CUDA_CHECK(
         cudaEventRecord(ranks_[rank].start[static_cast<int>(leg)], ranks_[rank].stream));

@@ -1,6 +1,7 @@
 // `moe-ep bench` (docs/bench.md): the options on the CLI11 app, then plan (every check before any
 // rank starts) -> inputs -> run pair by pair, printing each row as it finishes -> footer and
-// JSON. Exit 0 when every checked element matched, 1 when any differs.
+// JSON. Exit 0 when every checked element matched, 1 when any differs. --mode decode times decode
+// mode's low_latency_dispatch / low_latency_combine instead of dispatch / combine.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <charconv>
@@ -88,10 +89,13 @@ CommandFn add_bench_command(CLI::App& app) {
       "bench",
       "dispatch -> identity expert -> combine for each (dispatch, combine) dtype pair: checked "
       "against a plain reference, then timed");
+  cmd->add_option("--mode", o.mode,
+                  "normal|decode; decode times low_latency_dispatch / low_latency_combine on ops "
+                  "created with low_latency=true, Tmax = --max-tokens (default normal)");
   cmd->add_option("--backend", o.backend,
                   "auto|cpu|cuda; auto = cuda when built with CUDA and a GPU is visible");
   add_int(cmd, "--ranks", o.ranks, "ranks (threads on cpu, GPUs on cuda); cpu 4, cuda all GPUs");
-  add_int(cmd, "--tokens", o.tokens, "tokens per rank; cpu 128, cuda 4096");
+  add_int(cmd, "--tokens", o.tokens, "tokens per rank; cpu 128, cuda 4096, --mode decode 128");
   add_int(cmd, "--hidden", o.hidden, "hidden size H; cpu 2048, cuda 7168");
   add_int(cmd, "--experts", o.experts, "experts E (a multiple of --ranks); cpu 64, cuda 256");
   add_int(cmd, "--topk", o.topk, "experts per token K; 8");
@@ -117,7 +121,7 @@ CommandFn add_bench_command(CLI::App& app) {
              "fraction of top-k slots masked with -1 (default 0)");
   cmd->add_option("--baseline", o.baseline,
                   "none|nccl; nccl also times an NCCL all-to-allv moving the same bytes per peer "
-                  "as each leg (cuda only; default none)");
+                  "as each leg (cuda and --mode normal only; default none)");
   cmd->add_option_function<std::string>(
          "--num-sms",
          [&o](const std::string& v) {

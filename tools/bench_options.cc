@@ -27,6 +27,17 @@ constexpr ShapeDefaults kCpuDefaults = {4, 128, 2048, 64, 8, 5, 1};
 // CUDA: DeepSeek-V3 (4096 tokens per rank, hidden 7168, top-8 of 256 experts); ranks = every
 // visible GPU, filled in at plan time.
 constexpr ShapeDefaults kCudaDefaults = {0, 4096, 7168, 256, 8, 20, 5};
+// Decode mode's tokens per rank on every backend: the top of the usual decode sweep (1..128).
+// Its slabs hold E * Tmax rows per rank (docs/decode-mode.md#memory-per-op) and the bench's y as
+// many bf16 rows, so normal mode's 4096 would take about 28 GiB per GPU for DeepSeek-V3 with a
+// bf16 dispatch, and more than that per rank in host memory for the check.
+constexpr int kDecodeTokens = 128;
+
+BenchMode parse_mode(const std::string& text) {
+  if (text == "normal") return BenchMode::kNormal;
+  if (text == "decode") return BenchMode::kDecode;
+  bad_argument("--mode", text, "allowed: normal|decode");
+}
 
 Backend parse_backend(const std::string& text) {
   if (text == "cpu") return Backend::kCpu;
@@ -43,10 +54,14 @@ Backend parse_backend(const std::string& text) {
   bad_argument("--backend", text, "allowed: auto|cpu|cuda");
 }
 
-// --baseline none|nccl; nccl runs on the CUDA backend's devices only.
-bool parse_baseline(const std::string& text, Backend backend) {
+// --baseline none|nccl; nccl runs on the CUDA backend's devices only, in normal mode.
+bool parse_baseline(const std::string& text, Backend backend, BenchMode mode) {
   if (text == "none") return false;
   if (text != "nccl") bad_argument("--baseline", text, "allowed: none|nccl");
+  if (mode == BenchMode::kDecode) {
+    bad_argument("--baseline", text,
+                 "the NCCL baseline is for --mode normal only; with --mode decode allowed: none");
+  }
   if (backend != Backend::kCuda) {
     bad_argument("--baseline", text,
                  std::string("the NCCL baseline needs --backend cuda; this run uses the ") +
@@ -97,6 +112,8 @@ void check_at_least(const char* flag, int value, int minimum, const char* name) 
 
 }  // namespace
 
+const char* to_string(BenchMode mode) { return mode == BenchMode::kDecode ? "decode" : "normal"; }
+
 OpConfig op_config(const BenchPlan& plan, const DtypePair& pair) {
   OpConfig config;
   config.num_experts = plan.shape.experts;
@@ -106,13 +123,15 @@ OpConfig op_config(const BenchPlan& plan, const DtypePair& pair) {
   config.dispatch_dtype = pair.dispatch;
   config.combine_dtype = pair.combine;
   config.num_sms = pair.num_sms;
+  config.low_latency = plan.mode == BenchMode::kDecode;
   return config;
 }
 
 BenchPlan plan_bench(const BenchOptions& o) {
   BenchPlan plan;
+  plan.mode = parse_mode(o.mode);
   plan.backend = parse_backend(o.backend);
-  plan.nccl_baseline = parse_baseline(o.baseline, plan.backend);
+  plan.nccl_baseline = parse_baseline(o.baseline, plan.backend, plan.mode);
   const Knobs& knobs = Knobs::get();  // a bad MOE_EP_* value fails here, naming the variable
   const WeightDtype weights = parse_weights(o.weights);
 
@@ -167,7 +186,7 @@ BenchPlan plan_bench(const BenchOptions& o) {
   const int visible_gpus = plan.backend == Backend::kCuda ? cuda_device_count() : 0;
   InputShape& s = plan.shape;
   s.ranks = o.ranks.value_or(plan.backend == Backend::kCuda ? visible_gpus : d.ranks);
-  s.tokens = o.tokens.value_or(d.tokens);
+  s.tokens = o.tokens.value_or(plan.mode == BenchMode::kDecode ? kDecodeTokens : d.tokens);
   s.hidden = o.hidden.value_or(d.hidden);
   s.experts = o.experts.value_or(d.experts);
   s.topk = o.topk.value_or(d.topk);

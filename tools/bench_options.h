@@ -1,7 +1,8 @@
 // The options of `moe-ep bench` as given on the command line, and the plan they resolve to:
-// backend, shape defaults (a seconds-long CPU shape, or DeepSeek-V3 on every visible GPU), the
-// list of (dispatch, combine) pairs, and every rule checked before anything runs. A rejected
-// option raises InvalidArgument "--flag=value: rule" (exit 2).
+// mode (normal dispatch/combine, or decode mode's low_latency_dispatch/low_latency_combine),
+// backend, shape defaults (a seconds-long CPU shape, or DeepSeek-V3 on every visible GPU, with 128
+// tokens per rank in decode mode), the list of (dispatch, combine) pairs, and every rule checked
+// before anything runs. A rejected option raises InvalidArgument "--flag=value: rule" (exit 2).
 #pragma once
 
 #include <cstdint>
@@ -16,6 +17,7 @@
 namespace moe_ep::cli {
 
 struct BenchOptions {
+  std::string mode = "normal";   // normal|decode
   std::string backend = "auto";  // auto|cpu|cuda
   std::optional<int> ranks, tokens, hidden, experts, topk, max_tokens, iters, warmup;
   std::string dispatch_dtype = "all";  // all|auto|<dtype>
@@ -30,6 +32,11 @@ struct BenchOptions {
   std::vector<int> num_sms;       // --num-sms 8,16,32: one run per budget; empty: the default
 };
 
+// What a run times: dispatch/combine, or decode mode's low_latency_dispatch/low_latency_combine
+// on ops created with OpConfig::low_latency (docs/decode-mode.md).
+enum class BenchMode { kNormal, kDecode };
+const char* to_string(BenchMode mode);  // "normal", "decode"
+
 // One row of the table: a (dispatch, combine) pair at an SM budget (0: the op's default).
 struct DtypePair {
   DispatchDtype dispatch;
@@ -38,9 +45,10 @@ struct DtypePair {
 };
 
 struct BenchPlan {
+  BenchMode mode = BenchMode::kNormal;
   Backend backend = Backend::kCpu;
   InputShape shape;    // ranks, tokens per rank, hidden, experts, topk, masked fraction, seed
-  int max_tokens = 0;  // max_tokens_per_rank of the op
+  int max_tokens = 0;  // max_tokens_per_rank of the op (Tmax of the slabs in decode mode)
   int iters = 0;
   int warmup = 0;
   bool check = true;
@@ -53,7 +61,7 @@ struct BenchPlan {
 
 BenchPlan plan_bench(const BenchOptions& options);
 
-// The op configuration of one pair.
+// The op configuration of one pair (low_latency set in decode mode).
 OpConfig op_config(const BenchPlan& plan, const DtypePair& pair);
 
 }  // namespace moe_ep::cli

@@ -54,10 +54,17 @@ PairMetrics pair_metrics(const BenchPlan& plan, int64_t remote_rows, const PairR
 void print_header(std::ostream& os, const BenchPlan& plan, const std::string& backend) {
   const InputShape& s = plan.shape;
   os << fmt::format(
-      "# moe-ep bench: backend {}, ranks {}, tokens {}/rank (max {}), hidden {}, experts {}, "
-      "topk {}, masked {:g}, x_std {:g}, iters {}, warmup {}, seed {}, check {}\n",
-      backend, s.ranks, s.tokens, plan.max_tokens, s.hidden, s.experts, s.topk, s.masked_fraction,
-      s.x_std, plan.iters, plan.warmup, s.seed, plan.check ? "on" : "off");
+      "# moe-ep bench: mode {}, backend {}, ranks {}, tokens {}/rank (max {}), hidden {}, "
+      "experts {}, topk {}, masked {:g}, x_std {:g}, iters {}, warmup {}, seed {}, check {}\n",
+      to_string(plan.mode), backend, s.ranks, s.tokens, plan.max_tokens, s.hidden, s.experts,
+      s.topk, s.masked_fraction, s.x_std, plan.iters, plan.warmup, s.seed,
+      plan.check ? "on" : "off");
+  if (plan.mode == BenchMode::kDecode) {
+    os << fmt::format(
+        "# decode mode: low_latency_dispatch / low_latency_combine (ops with low_latency=true), "
+        "{} slabs of W*Tmax = {} rows per rank; expert y = bf16(decoded slab row)\n",
+        s.experts / s.ranks, static_cast<int64_t>(s.ranks) * plan.max_tokens);
+  }
   for (const std::string& note : plan.notes) os << "# " << note << "\n";
   os << "# times: median over iterations of the slowest rank; MB: bytes per rank per leg sent "
         "to other ranks (1e6); rel_err vs fp64 on the bf16 input\n";
@@ -127,6 +134,7 @@ void write_json(const std::string& path, const BenchPlan& plan, const std::strin
     const PairMetrics& m = metrics[i];
     nlohmann::ordered_json record;
     record["backend"] = backend;
+    record["mode"] = to_string(plan.mode);
     record["ranks"] = s.ranks;
     record["tokens"] = s.tokens;
     record["max_tokens"] = plan.max_tokens;

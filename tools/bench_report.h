@@ -2,7 +2,8 @@
 // pair as soon as it finishes, the first mismatches, the `# wrong: N OK|FAILED` footer, and the
 // same rows as a JSON array for --json. With --baseline nccl the table gains the NCCL times and
 // the ratios nccl / moe-ep per leg, and each JSON record nccl_dispatch_us and nccl_combine_us;
-// without it both stay as they were.
+// without it both stay as they were. The header and every JSON record name the mode (normal or
+// decode); the columns are the same in both modes.
 #pragma once
 
 #include <cstdint>
@@ -20,6 +21,8 @@ namespace moe_ep::cli {
 //   bytes = (remote rows of all ranks / W) x (payload bytes + scale bytes per row of the leg's
 //   dtype), where a remote row is a (token, destination rank != source rank) pair that dispatch
 //   moves; combine sends the same rows back. Rows a rank keeps for itself are not counted.
+//   Decode mode moves the same rows (a token once per destination rank, copied into the slabs
+//   there; one partial sum per (source, token) back), so the count is the same.
 //   algbw (GB/s) = bytes / time = bytes / (us * 1e3); %floor = algbw / link floor * 100.
 struct PairMetrics {
   int64_t dispatch_bytes = 0;

@@ -8,16 +8,24 @@
 //      after a barrier, moving per peer the bytes the leg moves: dispatch sends rows(me -> p) x
 //      (payload + scales of the dispatch dtype) to p, combine sends rows(p -> me) x (payload +
 //      scales of the combine dtype) back to p; the row counts come from the routing.
+// In decode mode (--mode decode) the ops are created with OpConfig::low_latency and the legs are
+// low_latency_dispatch and low_latency_combine: the reference is reference::low_latency_dispatch
+// and reference::low_latency_combine, the expert is the decoded slab row (decode_identity_expert,
+// the op applies the weights), y is [E/W, W*Tmax, H], and the iterations are timed the same way;
+// after them the counts of the last dispatch must equal the checked run's. There is no NCCL
+// baseline in decode mode (plan_bench rejects it).
 // A failing rank aborts the harness barrier so that the others stop at their next barrier
 // instead of waiting forever; waits inside the library are bounded by its own timeout.
 #include "bench_runner.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
 #include <condition_variable>
 #include <exception>
+#include <functional>
 #include <mutex>
 #include <thread>
 
@@ -69,13 +77,21 @@ class Barrier {
 // State shared by the rank threads of one pair; entry r belongs to rank r's thread.
 struct PairShared {
   explicit PairShared(int ranks)
-      : barrier(ranks), ref_recv(ranks), ref_y(ranks), check(ranks), err(ranks), errors(ranks) {
+      : barrier(ranks),
+        ref_recv(ranks),
+        ref_slabs(ranks),
+        ref_y(ranks),
+        check(ranks),
+        err(ranks),
+        errors(ranks) {
     for (auto& leg : times) leg.resize(ranks);
     for (auto& leg : nccl_times) leg.resize(ranks);
   }
   Barrier barrier;
   std::vector<DispatchOutputs> ref_recv;                  // [W] expected dispatch outputs
+  std::vector<LowLatencyOutputs> ref_slabs;               // [W] decode mode: expected slabs
   std::vector<std::vector<uint16_t>> ref_y;               // [W][R_r * H] reference expert outputs
+                                                          // (decode: [E/W * W*Tmax * H])
   std::vector<CheckResult> check;                         // [W]
   std::vector<ErrorSums> err;                             // [W]
   std::vector<std::vector<double>> times[kNumLegs];       // [leg][W][iters] microseconds
@@ -139,7 +155,109 @@ void run_nccl_baseline(const PairContext& ctx, int rank, PairShared& shared) {
   }
 }
 
+// Decode mode's steps 1 to 3 on one rank (see the top of the file).
+void run_rank_decode(const PairContext& ctx, int rank, PairShared& shared) {
+  const InputShape& s = ctx.plan.shape;
+  const RankInputs& in = ctx.inputs.ranks[rank];
+  BenchBackend& backend = ctx.backend;
+  backend.bind_rank(rank);
+  void* stream = backend.stream(rank);
+
+  // 1. The reference: this rank's slabs and expert output, then (once every rank has its y)
+  //    what low_latency_combine must return here.
+  std::vector<uint16_t> ref_out;  // [T, H] bf16 bits
+  if (ctx.plan.check) {
+    shared.ref_slabs[rank] = reference::low_latency_dispatch(
+        ctx.ref_shape, ctx.pair.dispatch, ctx.plan.max_tokens, ctx.ref_inputs, rank);
+    shared.ref_y[rank] =
+        decode_identity_expert(ctx.ref_shape, ctx.pair.dispatch, shared.ref_slabs[rank]);
+  }
+  shared.barrier.wait();
+  if (ctx.plan.check) {
+    ref_out = reference::low_latency_combine(ctx.ref_shape, ctx.pair.combine, ctx.ref_inputs,
+                                             shared.ref_slabs, shared.ref_y, rank);
+  }
+
+  // 2. Device inputs, the op (low_latency = true) and the checked run.
+  const BenchTensor x =
+      upload_new(backend, rank, in.x.data(), shape_of(ScalarType::kBFloat16, s.tokens, s.hidden));
+  const BenchTensor topk_idx =
+      upload_new(backend, rank, in.topk_idx.data(), shape_of(ScalarType::kInt32, s.tokens, s.topk));
+  const BenchTensor topk_weights = upload_new(backend, rank, in.topk_weights.data(),
+                                              shape_of(ScalarType::kFloat32, s.tokens, s.topk));
+  const BenchTensor out =
+      backend.alloc(rank, shape_of(ScalarType::kBFloat16, s.tokens, s.hidden));  // [T, H]
+  const std::shared_ptr<Op> op = create_op(ctx.comms[rank], op_config(ctx.plan, ctx.pair));
+
+  LowLatencyDispatchArgs args;
+  args.x = x.view;                        // [T, H] bf16
+  args.topk_idx = topk_idx.view;          // [T, K] int32
+  args.topk_weights = topk_weights.view;  // [T, K] fp32
+  args.stream = stream;
+  LowLatencyDispatchResult result = op->low_latency_dispatch(args);
+  op->synchronize(stream);
+  const LowLatencyOutputs got = download_low_latency_outputs(backend, rank, result);
+  const std::vector<uint16_t> y_host =
+      decode_identity_expert(ctx.ref_shape, ctx.pair.dispatch, got);  // [E/W, W*Tmax, H]
+  const int64_t local_experts = s.experts / s.ranks;
+  const int64_t slab_rows = static_cast<int64_t>(s.ranks) * ctx.plan.max_tokens;  // W * Tmax
+  const BenchTensor y = upload_new(
+      backend, rank, y_host.data(),
+      TensorView::tensor3(nullptr, ScalarType::kBFloat16, local_experts, slab_rows, s.hidden));
+  op->low_latency_combine(y.view, result.handle, out.view, stream);
+  op->synchronize(stream);
+  std::vector<uint16_t> out_host(static_cast<size_t>(s.tokens) * s.hidden);  // [T, H]
+  backend.download(rank, out.view, out_host.data());
+  shared.err[rank] = unquantized_error(s, in, out_host.data());
+  if (ctx.plan.check) {
+    compare_low_latency(rank, ctx.pair.dispatch, got, shared.ref_slabs[rank], shared.check[rank]);
+    compare_out(rank, out_host, ref_out, shared.check[rank]);
+  }
+
+  // 3. Warm-up and timed iterations, reusing y: the slabs of every iteration are those of the
+  //    checked run (same inputs), which the counts of the last one confirm below. Where the
+  //    backend has graphs (CUDA) each leg is captured once and the iterations time replays, as a
+  //    serving engine runs decode; the op's call numbers live in device memory, so the replays
+  //    pair up across ranks like host calls.
+  const auto issue_dispatch = [&] { result = op->low_latency_dispatch(args); };
+  const auto issue_combine = [&] {
+    op->low_latency_combine(y.view, result.handle, out.view, stream);
+  };
+  std::function<void()> dispatch_leg = backend.capture(rank, issue_dispatch);
+  std::function<void()> combine_leg;
+  if (dispatch_leg) {
+    combine_leg = backend.capture(rank, issue_combine);
+  } else {
+    dispatch_leg = issue_dispatch;
+    combine_leg = issue_combine;
+  }
+  for (int it = 0; it < ctx.plan.warmup + ctx.plan.iters; ++it) {
+    shared.barrier.wait();  // every rank starts the iteration together
+    backend.timer_start(rank, Leg::kDispatch);
+    dispatch_leg();
+    backend.timer_stop(rank, Leg::kDispatch);
+    backend.timer_start(rank, Leg::kCombine);
+    combine_leg();
+    backend.timer_stop(rank, Leg::kCombine);
+    op->synchronize(stream);
+    backend.synchronize(rank);
+    if (it >= ctx.plan.warmup) {
+      shared.times[0][rank].push_back(backend.elapsed_us(rank, Leg::kDispatch));
+      shared.times[1][rank].push_back(backend.elapsed_us(rank, Leg::kCombine));
+    }
+  }
+  std::vector<int32_t> counts(static_cast<size_t>(local_experts));  // [E/W]
+  backend.download(rank, result.recv_count, counts.data());
+  if (counts != got.recv_count) {
+    throw Internal(fmt::format(
+        "bench: low_latency_dispatch counts [{}] after the timed iterations but [{}] in the "
+        "checked run (same inputs)",
+        fmt::join(counts, ", "), fmt::join(got.recv_count, ", ")));
+  }
+}
+
 void run_rank(const PairContext& ctx, int rank, PairShared& shared) {
+  if (ctx.plan.mode == BenchMode::kDecode) return run_rank_decode(ctx, rank, shared);
   const InputShape& s = ctx.plan.shape;
   const RankInputs& in = ctx.inputs.ranks[rank];
   BenchBackend& backend = ctx.backend;

@@ -2,7 +2,9 @@
 // (dispatch -> identity expert -> combine, compared with the reference) and warm-up and timed
 // iterations. Per iteration each rank times its dispatch and its combine; a leg's time is the
 // median over iterations of the slowest rank. With --baseline nccl, each pair then times an NCCL
-// all-to-allv per leg moving the same bytes per peer, with the same statistic.
+// all-to-allv per leg moving the same bytes per peer, with the same statistic. In decode mode
+// (BenchMode::kDecode) the legs are low_latency_dispatch and low_latency_combine, checked against
+// the reference's decode mode and timed the same way.
 #pragma once
 
 #include <cstdint>
