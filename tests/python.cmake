@@ -31,6 +31,14 @@ add_test(NAME python_pip_install
 set_tests_properties(python_pip_install PROPERTIES LABELS cpu TIMEOUT 1200
                      ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1")
 
+# examples/decode_loop.py on the CPU backend: a decode loop of a small MoE layer through decode
+# mode, checked against float64 (label cpu)
+add_test(NAME python_example_decode_loop
+         COMMAND ${MOE_EP_PYTHON_EXECUTABLE} ${CMAKE_SOURCE_DIR}/examples/decode_loop.py --ranks 4
+                 --steps 4 --max-tokens 16 --hidden 512)
+set_tests_properties(python_example_decode_loop PROPERTIES LABELS cpu TIMEOUT 300
+                     ENVIRONMENT "${_py_env}")
+
 if(TARGET moe-ep)
   add_test(NAME python_report
            COMMAND ${MOE_EP_PYTHON_EXECUTABLE} -m pytest -q -p no:cacheprovider -rs

@@ -4,7 +4,8 @@ A thin layer over the C++ library (module ``moe_ep._C``): the dtype enums, block
 ``scale_dim``, dtype resolution with the same environment rules and warnings as C++, the error
 family, and ops on torch tensors (CUDA backend, one process per GPU over a torch.distributed
 process group, or several ranks on one GPU for protocol tests) or on torch CPU tensors and numpy
-arrays (CPU backend, one thread per rank).
+arrays (CPU backend, one thread per rank), in normal mode (dispatch / combine) and, for ops
+created with low_latency=True, in decode mode (low_latency_dispatch / low_latency_combine).
 See docs/python.md.
 """
 
@@ -24,6 +25,7 @@ from ._C import (  # noqa: F401  (re-exported)
     InternalError,
     InvalidArgument,
     InvalidUsage,
+    LowLatencyHandle,
     NcclError,
     RemoteError,
     Timeout,
@@ -65,7 +67,8 @@ def _weight_text(value) -> str:
 
 
 def scale_dim(dtype, hidden: int) -> int:
-    """Scales per row: 0 (bf16, fp8 direct cast), hidden // 128 (fp8) or hidden // 32 (mxfp4)."""
+    """Scales per row: 0 (bf16, fp8 direct cast), hidden // 128 (fp8) or hidden // 32 (mxfp4,
+    int8/e3m4)."""
     if isinstance(dtype, (DispatchDtype, CombineDtype)):
         dtype = dtype.value
     elif not isinstance(dtype, str):
@@ -111,6 +114,7 @@ def cuda_backend_built() -> bool:
 
 from ._op import (  # noqa: E402,F401
     DispatchOutput,
+    LowLatencyDispatchOutput,
     Op,
     clear_op_cache,
     get_op,
@@ -122,6 +126,7 @@ __all__ = [
     "FP8_BLOCK_SIZE", "MXFP4_BLOCK_SIZE", "DispatchDtype", "CombineDtype", "WeightDtype",
     "scale_dim", "resolve_dtypes", "DtypeResolution", "Error", "InvalidArgument",
     "InvalidUsage", "Timeout", "RemoteError", "CudaError", "NcclError", "InternalError",
-    "CpuWorld", "Communicator", "Handle", "Op", "DispatchOutput", "get_op", "clear_op_cache",
-    "op_cache_info", "cuda_backend_built", "single_gpu_world",
+    "CpuWorld", "Communicator", "Handle", "LowLatencyHandle", "Op", "DispatchOutput",
+    "LowLatencyDispatchOutput", "get_op", "clear_op_cache", "op_cache_info",
+    "cuda_backend_built", "single_gpu_world",
 ]

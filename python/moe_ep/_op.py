@@ -1,12 +1,14 @@
-"""Ops on torch tensors and numpy arrays: get_op, Op.dispatch, Op.combine, single_gpu_world.
+"""Ops on torch tensors and numpy arrays: get_op, Op.dispatch, Op.combine, the decode-mode
+calls Op.low_latency_dispatch and Op.low_latency_combine, single_gpu_world.
 
 Arguments are handed to the C++ op zero copy (DLPack); outputs are views of the op's buffers,
-valid until the next dispatch on the same op. CUDA work is queued on torch's current stream of
-the op's device. The only logic here is argument handling: which communicator a group means,
-which cache an op lives in, which torch dtype a byte buffer is viewed as, int64 expert ids made
-int32, and making every refusal of this layer collective: an argument this rank cannot hand to
-the C++ op is still a call (Op.reject, reject_create), so every rank fails with the reason at
-once instead of waiting for this one until the timeout poisons the op.
+valid until the next dispatch of the same mode on the same op. CUDA work is queued on torch's
+current stream of the op's device. The only logic here is argument handling: which
+communicator a group means, which cache an op lives in, which torch dtype a byte buffer is
+viewed as, int64 expert ids made int32, and making every refusal of this layer collective: an
+argument this rank cannot hand to the C++ op is still a call (Op.reject, reject_create), so
+every rank fails with the reason at once instead of waiting for this one until the timeout
+poisons the op.
 """
 
 import operator
@@ -31,6 +33,19 @@ class DispatchOutput(NamedTuple):
     recv_src_token: Any                # [R] int32
     recv_count_per_local_expert: Any   # [E / W] int32
     num_recv: int
+
+
+class LowLatencyDispatchOutput(NamedTuple):
+    """What low_latency_dispatch returns besides the handle (C++ LowLatencyDispatchResult,
+    docs/decode-mode.md): fixed shapes, one slab of S = W * max_tokens_per_rank rows per local
+    expert, rows in canonical order (source rank, then source token) from row 0. Rows at or
+    after recv_count[e] are unspecified in recv_x and recv_x_scales and -1 in recv_src_*."""
+    recv_x: Any          # [E/W, S, H] bf16 / float8_e4m3fn, or [E/W, S, H/2] uint8 e2m1 pairs
+    recv_x_scales: Any   # [E/W, S, H/128] float32 / [E/W, S, H/32] e8m0; None for bf16
+    recv_count: Any      # [E/W] int32: rows in use in each slab
+    recv_src_rank: Any   # [E/W, S] int32: the sending rank of each row
+    recv_src_token: Any  # [E/W, S] int32: the token's index on that rank
+    recv_src_slot: Any   # [E/W, S] int32: the first top-k slot of the token naming the expert
 
 
 # ---- arguments ------------------------------------------------------------------------------
@@ -68,6 +83,15 @@ def _int_arg(name: str, value) -> int:
         raise InvalidArgument(f"{name}={number} does not fit in int32 "
                               f"[{INT32_MIN}, {INT32_MAX}]")
     return number
+
+
+def _bool_arg(name: str, value) -> bool:
+    """value as a bool, or InvalidArgument naming the argument and the value: True and False
+    (numpy.bool_ too); no int, str or None is read as a flag."""
+    if isinstance(value, bool) or type(value).__name__ == "bool_":
+        return bool(value)
+    raise InvalidArgument(f"{name}={value!r} is not a bool ({type(value).__name__}); "
+                          "pass True or False")
 
 
 def _reason(error: BaseException) -> str:
@@ -143,12 +167,15 @@ class Op:
     world_size = property(lambda self: self._op.world_size)
     backend = property(lambda self: self._op.backend, doc='"cpu" or "cuda".')
     uid = property(lambda self: self._op.uid)
+    low_latency = property(lambda self: self._op.low_latency,
+                           doc="OpConfig::low_latency: whether the op takes decode-mode calls.")
 
     def __repr__(self):
         c = self.config
         return (f"<moe_ep.Op {self.backend} rank {self.rank}/{self.world_size} "
                 f"E={c['num_experts']} H={c['hidden']} K={c['top_k']} "
-                f"T<={c['max_tokens_per_rank']} {c['dispatch_dtype']}/{c['combine_dtype']}>")
+                f"T<={c['max_tokens_per_rank']} {c['dispatch_dtype']}/{c['combine_dtype']}"
+                f"{' low_latency' if self.low_latency else ''}>")
 
     def _stream(self) -> int:
         """torch's current stream on the op's device (0 for the CPU backend)."""
@@ -181,6 +208,29 @@ class Op:
                 return np.clip(topk_idx, -2, self._num_experts).astype(np.int32)
         return topk_idx
 
+    def _dispatch_args(self, kind: str, x, topk_idx, topk_weights, x_scales):
+        """(exported arguments, stream) of dispatch or low_latency_dispatch; any refusal of
+        this rank is its call's rejection on every rank."""
+        stream = 0
+        try:
+            stream = self._stream()
+            args = (_export(x, "x"), _export(self._expert_ids(topk_idx), "topk_idx"),
+                    _export(topk_weights, "topk_weights"), _export(x_scales, "x_scales"))
+        except Exception as e:  # noqa: BLE001 -- any refusal of this rank is the call's
+            self._reject(kind, e, stream)
+        return args, stream
+
+    def _wire_views(self, as_torch: bool):
+        """The torch dtypes recv_x and recv_x_scales are viewed as (None: as exported)."""
+        x_view = scale_view = None
+        if as_torch:
+            torch = _torch()
+            if self._dispatch_dtype == DispatchDtype.fp8.name:
+                x_view = torch.float8_e4m3fn
+            elif self._dispatch_dtype == DispatchDtype.fp4.name:
+                scale_view = getattr(torch, "float8_e8m0fnu", None)
+        return x_view, scale_view
+
     def dispatch(self, x, topk_idx, topk_weights, x_scales=None):
         """Sends each token to the ranks of its experts; returns (DispatchOutput, Handle).
 
@@ -189,22 +239,10 @@ class Op:
         int32 or int64 (-1 masks a slot). topk_weights: [T, K] float32. A bad argument on any
         rank fails every rank's call with ValueError and changes nothing.
         """
-        stream = 0
         as_torch = _is_torch(x)
-        try:
-            stream = self._stream()
-            args = (_export(x, "x"), _export(self._expert_ids(topk_idx), "topk_idx"),
-                    _export(topk_weights, "topk_weights"), _export(x_scales, "x_scales"))
-        except Exception as e:  # noqa: BLE001 -- any refusal of this rank is the call's
-            self._reject("dispatch", e, stream)
+        args, stream = self._dispatch_args("dispatch", x, topk_idx, topk_weights, x_scales)
         recv, handle = self._op.dispatch(*args, stream=stream, raw_bits=not as_torch)
-        x_view = scale_view = None
-        if as_torch:
-            torch = _torch()
-            if self._dispatch_dtype == DispatchDtype.fp8.name:
-                x_view = torch.float8_e4m3fn
-            elif self._dispatch_dtype == DispatchDtype.fp4.name:
-                scale_view = getattr(torch, "float8_e8m0fnu", None)
+        x_view, scale_view = self._wire_views(as_torch)
         out = DispatchOutput(
             _from_buffer(recv["recv_x"], as_torch, x_view),
             _from_buffer(recv["recv_x_scales"], as_torch, scale_view),
@@ -214,11 +252,12 @@ class Op:
             recv["num_recv"])
         return out, handle
 
-    def _new_out(self, y, handle):
+    def _new_out(self, y, handle, handle_type=None, what="a dispatch"):
         """combine's out when the caller gives none: [T, H] bf16 where the op works."""
-        if not isinstance(handle, _C.Handle):
-            raise InvalidArgument(f"handle: expected the moe_ep.Handle of a dispatch, got "
-                                  f"{type(handle).__name__}")
+        handle_type = handle_type or _C.Handle
+        if not isinstance(handle, handle_type):
+            raise InvalidArgument(f"handle: expected the moe_ep.{handle_type.__name__} of "
+                                  f"{what}, got {type(handle).__name__}")
         shape = (handle.num_tokens, self._hidden)
         torch = _torch()
         if torch is not None and self._device is not None:
@@ -245,6 +284,49 @@ class Op:
         except Exception as e:  # noqa: BLE001 -- any refusal of this rank is the call's
             self._reject("combine", e, stream)
         self._op.combine(handle, y_arg, out_arg, stream=stream)
+        return out
+
+    def low_latency_dispatch(self, x, topk_idx, topk_weights, x_scales=None):
+        """Decode mode's dispatch; returns (LowLatencyDispatchOutput, LowLatencyHandle).
+
+        Only for ops created with get_op(..., low_latency=True). The arguments are those of
+        dispatch, with T <= max_tokens_per_rank; the outputs have shapes fixed by the
+        configuration (one slab of W * max_tokens_per_rank rows per local expert, see
+        LowLatencyDispatchOutput) and stay valid until the next low_latency_dispatch on the op,
+        whatever normal-mode calls come in between. A bad argument on any rank (or a call on an
+        op without low_latency) fails every rank's call with ValueError and changes nothing.
+        """
+        as_torch = _is_torch(x)
+        args, stream = self._dispatch_args("low_latency_dispatch", x, topk_idx, topk_weights,
+                                           x_scales)
+        recv, handle = self._op.low_latency_dispatch(*args, stream=stream,
+                                                     raw_bits=not as_torch)
+        x_view, scale_view = self._wire_views(as_torch)
+        out = LowLatencyDispatchOutput(
+            _from_buffer(recv["recv_x"], as_torch, x_view),
+            _from_buffer(recv["recv_x_scales"], as_torch, scale_view),
+            *(_from_buffer(recv[k], as_torch) for k in (
+                "recv_count", "recv_src_rank", "recv_src_token", "recv_src_slot")))
+        return out, handle
+
+    def low_latency_combine(self, y, handle, out=None):
+        """Decode mode's combine of the latest low_latency_dispatch (its handle).
+
+        y: [E/W, W * max_tokens_per_rank, H] bf16, row i of slab e the raw output of local
+        expert e for the slab's row i (rows at or after recv_count[e] are never read); the op
+        applies the routing weights. Returns out: [T, H] bf16 for this rank's T of that
+        dispatch (allocated when None). A bad argument on any rank fails every rank's call with
+        ValueError and changes nothing (out is not written, the handle stays good).
+        """
+        stream = 0
+        try:
+            stream = self._stream()
+            if out is None:
+                out = self._new_out(y, handle, _C.LowLatencyHandle, "a low_latency_dispatch")
+            y_arg, out_arg = _export(y, "y"), _export(out, "out")
+        except Exception as e:  # noqa: BLE001 -- any refusal of this rank is the call's
+            self._reject("low_latency_combine", e, stream)
+        self._op.low_latency_combine(handle, y_arg, out_arg, stream=stream)
         return out
 
     def synchronize(self):
@@ -302,14 +384,16 @@ def _communicator(group):
 
 def get_op(group, num_experts: int, top_k: int, hidden: int, max_tokens_per_rank: int,
            dispatch_dtype="auto", combine_dtype="auto", weight_dtype="bf16",
-           instance_id: int = 0, num_sms: int = 0) -> Op:
+           instance_id: int = 0, num_sms: int = 0, low_latency: bool = False) -> Op:
     """The op for this configuration, from the LRU cache (capacity 4) or created collectively.
 
     group: a torch.distributed ProcessGroup (CUDA backend, device torch.cuda.current_device())
     or a moe_ep communicator (CpuWorld(n).communicator(rank): CPU backend; single_gpu_world(n)[
     rank]: CUDA backend on one GPU). The dtypes are resolved as resolve_dtypes does, with the
     process environment. num_sms: the op's SM budget on CUDA (0: MOE_EP_NUM_SMS or the
-    default; ignored on CPU). The integers must be ints in int32 range. A configuration this
+    default; ignored on CPU). low_latency: OpConfig::low_latency, the op also holds decode
+    mode's per-expert slabs (E * max_tokens_per_rank rows) and takes the low_latency_* calls;
+    True or False only. The integers must be ints in int32 range. A configuration this
     rank cannot even build (a bad dtype name, hidden=128.7) is told to the other ranks, whose
     creation fails at once with the reason; the next creation works.
     """
@@ -319,6 +403,7 @@ def get_op(group, num_experts: int, top_k: int, hidden: int, max_tokens_per_rank
             ("num_experts", num_experts), ("hidden", hidden), ("top_k", top_k),
             ("max_tokens_per_rank", max_tokens_per_rank), ("instance_id", instance_id),
             ("num_sms", num_sms))]
+        low_latency_ = _bool_arg("low_latency", low_latency)
         res = resolve_dtypes(weight_dtype, dispatch_dtype, combine_dtype, stacklevel=3)
     except Exception as e:  # noqa: BLE001 -- any refusal of this rank is the creation's
         _reject_create(comm, e)
@@ -331,7 +416,7 @@ def get_op(group, num_experts: int, top_k: int, hidden: int, max_tokens_per_rank
     cache, cache_lock = entry
     with cache_lock:  # the C++ cache is one rank's and not thread-safe; see clear_op_cache
         raw = cache.get(comm, e_, h_, k_, t_, res.dispatch.value, res.combine.value, instance_,
-                        sms_)
+                        sms_, low_latency_)
     with _lock:
         op = _wrappers.get(raw.uid)
         if op is None:
@@ -414,5 +499,5 @@ def op_cache_info() -> dict:
     return info
 
 
-__all__ = ["DispatchOutput", "Op", "get_op", "clear_op_cache", "op_cache_info",
-           "single_gpu_world"]
+__all__ = ["DispatchOutput", "LowLatencyDispatchOutput", "Op", "get_op", "clear_op_cache",
+           "op_cache_info", "single_gpu_world"]

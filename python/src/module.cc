@@ -1,9 +1,9 @@
 // moe_ep._C: the compiled half of the Python package. It exposes the C++ API with its own names
 // and string values (dtype enums, block sizes, scale_dim, dtype resolution, the error family,
-// communicators including the single-GPU test world, ops, their rejections and the op cache)
-// and nothing else: the Python half (python/moe_ep) only turns torch tensors, numpy arrays and
-// process groups into the arguments below. An argument this layer cannot import is a rejected
-// call (Op::reject), never an error of this rank alone.
+// communicators including the single-GPU test world, ops with their decode-mode calls, their
+// rejections and the op cache) and nothing else: the Python half (python/moe_ep) only turns
+// torch tensors, numpy arrays and process groups into the arguments below. An argument this
+// layer cannot import is a rejected call (Op::reject), never an error of this rank alone.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -146,6 +146,7 @@ py::dict config_dict(const OpConfig& c) {
   out["combine_dtype"] = short_name(c.combine_dtype);
   out["instance_id"] = c.instance_id;
   out["num_sms"] = c.num_sms;
+  out["low_latency"] = c.low_latency;
   return out;
 }
 
@@ -159,9 +160,13 @@ py::dict config_dict(const OpConfig& c) {
 void* as_stream(uintptr_t stream) { return reinterpret_cast<void*>(stream); }
 
 CallKind parse_call_kind(const std::string& kind) {
-  if (kind == to_string(CallKind::kDispatch)) return CallKind::kDispatch;
-  if (kind == to_string(CallKind::kCombine)) return CallKind::kCombine;
-  throw InvalidArgument("kind=\"" + kind + "\" is not a call kind; valid: dispatch|combine");
+  for (CallKind k : {CallKind::kDispatch, CallKind::kCombine, CallKind::kLowLatencyDispatch,
+                     CallKind::kLowLatencyCombine}) {
+    if (kind == to_string(k)) return k;
+  }
+  throw InvalidArgument("kind=\"" + kind +
+                        "\" is not a call kind; valid: "
+                        "dispatch|combine|low_latency_dispatch|low_latency_combine");
 }
 
 // Joins this rank's next call of `kind` with a rejected verdict; always throws (the rejection,
@@ -176,12 +181,14 @@ CallKind parse_call_kind(const std::string& kind) {
 
 constexpr const char* kTakesBf16 = "bfloat16 (numpy: its uint16 bit patterns)";
 
-py::tuple dispatch(const std::shared_ptr<Op>& op, py::object x, py::object topk_idx,
-                   py::object topk_weights, py::object x_scales, uintptr_t stream, bool raw_bits) {
+// The arguments of dispatch and low_latency_dispatch (the same DispatchArgs), imported into
+// `scope`; a refusal is the rejection of this rank's call of `kind`.
+DispatchArgs import_dispatch_args(Op& op, CallKind kind, ImportScope& scope, py::handle x,
+                                  py::handle topk_idx, py::handle topk_weights, py::handle x_scales,
+                                  uintptr_t stream) {
   // Pre-quantized x crosses DLPack as bytes; say which wire types those bytes are.
-  const formats::RowFormat wire = formats::row_format(op->config().dispatch_dtype, 0);
+  const formats::RowFormat wire = formats::row_format(op.config().dispatch_dtype, 0);
   const auto byte_type = [](ScalarType t) { return element_size(t) == 1 ? t : ScalarType::kUInt8; };
-  ImportScope scope;
   DispatchArgs args;
   args.stream = as_stream(stream);
   try {
@@ -200,19 +207,31 @@ py::tuple dispatch(const std::shared_ptr<Op>& op, py::object x, py::object topk_
     args.topk_weights =
         scope.import(topk_weights, {"topk_weights", "float32", false, std::nullopt, false});
   } catch (const std::exception& e) {
-    reject_call(*op, CallKind::kDispatch, e.what(), args.stream);
+    reject_call(op, kind, e.what(), args.stream);
   }
+  return args;
+}
+
+// An output view for Python (None where the view is undefined, e.g. bf16 scales); the buffer
+// keeps the op, and so its memory, alive.
+py::object exported(const TensorView& v, const std::shared_ptr<Op>& op, bool raw_bits) {
+  const std::shared_ptr<const void> keep = op;
+  return v.defined() ? py::cast(ExportedBuffer(v, keep, raw_bits)) : py::none();
+}
+
+py::tuple dispatch(const std::shared_ptr<Op>& op, py::object x, py::object topk_idx,
+                   py::object topk_weights, py::object x_scales, uintptr_t stream, bool raw_bits) {
+  ImportScope scope;
+  const DispatchArgs args = import_dispatch_args(*op, CallKind::kDispatch, scope, x, topk_idx,
+                                                 topk_weights, x_scales, stream);
   DispatchResult r;
   {
     py::gil_scoped_release release;
     r = op->dispatch(args);
   }
   scope.commit();
-  const std::shared_ptr<const void> keep = op;
   py::dict recv;
-  auto put = [&](const char* key, const TensorView& v) {
-    recv[key] = v.defined() ? py::cast(ExportedBuffer(v, keep, raw_bits)) : py::none();
-  };
+  auto put = [&](const char* key, const TensorView& v) { recv[key] = exported(v, op, raw_bits); };
   put("recv_x", r.recv_x);
   put("recv_x_scales", r.recv_x_scales);
   put("recv_topk_idx", r.recv_topk_idx);
@@ -247,6 +266,55 @@ void combine(const std::shared_ptr<Op>& op, py::object handle, py::object y, py:
   scope.commit();
 }
 
+// Decode mode (docs/decode-mode.md): the arguments of dispatch; outputs of fixed shapes, 3-D
+// slabs among them.
+py::tuple low_latency_dispatch(const std::shared_ptr<Op>& op, py::object x, py::object topk_idx,
+                               py::object topk_weights, py::object x_scales, uintptr_t stream,
+                               bool raw_bits) {
+  ImportScope scope;
+  const DispatchArgs args = import_dispatch_args(*op, CallKind::kLowLatencyDispatch, scope, x,
+                                                 topk_idx, topk_weights, x_scales, stream);
+  LowLatencyDispatchResult r;
+  {
+    py::gil_scoped_release release;
+    r = op->low_latency_dispatch(args);
+  }
+  scope.commit();
+  py::dict recv;
+  auto put = [&](const char* key, const TensorView& v) { recv[key] = exported(v, op, raw_bits); };
+  put("recv_x", r.recv_x);
+  put("recv_x_scales", r.recv_x_scales);
+  put("recv_count", r.recv_count);
+  put("recv_src_rank", r.recv_src_rank);
+  put("recv_src_token", r.recv_src_token);
+  put("recv_src_slot", r.recv_src_slot);
+  return py::make_tuple(recv, r.handle);
+}
+
+void low_latency_combine(const std::shared_ptr<Op>& op, py::object handle, py::object y,
+                         py::object out, uintptr_t stream) {
+  ImportScope scope;
+  LowLatencyHandle h;
+  TensorView y_view, out_view;
+  try {
+    if (!py::isinstance<LowLatencyHandle>(handle)) {
+      throw InvalidArgument(
+          "handle: expected the moe_ep.LowLatencyHandle of a low_latency_dispatch, got " +
+          std::string(py::str(py::type::handle_of(handle).attr("__name__"))));
+    }
+    h = handle.cast<LowLatencyHandle>();
+    y_view = scope.import(y, {"y", kTakesBf16, true, std::nullopt, false, 3});
+    out_view = scope.import(out, {"out", kTakesBf16, true, std::nullopt, true});
+  } catch (const std::exception& e) {
+    reject_call(*op, CallKind::kLowLatencyCombine, e.what(), as_stream(stream));
+  }
+  {
+    py::gil_scoped_release release;
+    op->low_latency_combine(y_view, h, out_view, as_stream(stream));
+  }
+  scope.commit();
+}
+
 // The reference Python holds to an op (its wrapper, and every output buffer through it). When
 // the last one goes, the op is destroyed without the GIL: a CUDA op's destructor waits for its
 // latest kernels, which in the single-GPU test world may wait for another rank's kernels that
@@ -265,7 +333,7 @@ std::shared_ptr<Op> released_without_gil(std::shared_ptr<Op> op) {
 
 OpConfig make_config(int num_experts, int hidden, int top_k, int max_tokens_per_rank,
                      const std::string& dispatch, const std::string& combine, int instance_id,
-                     int num_sms) {
+                     int num_sms, bool low_latency) {
   OpConfig c;
   c.num_experts = num_experts;
   c.hidden = hidden;
@@ -275,6 +343,7 @@ OpConfig make_config(int num_experts, int hidden, int top_k, int max_tokens_per_
   c.combine_dtype = parse_combine_dtype(combine, "combine_dtype");
   c.instance_id = instance_id;
   c.num_sms = num_sms;
+  c.low_latency = low_latency;
   return c;
 }
 
@@ -364,6 +433,15 @@ PYBIND11_MODULE(_C, m) {
                std::to_string(h.num_recv) + " received>";
       });
 
+  py::class_<LowLatencyHandle>(m, "LowLatencyHandle")
+      .def_readonly("op_uid", &LowLatencyHandle::op_uid)
+      .def_readonly("call_seq", &LowLatencyHandle::call_seq)
+      .def_readonly("num_tokens", &LowLatencyHandle::num_tokens)
+      .def("__repr__", [](const LowLatencyHandle& h) {
+        return "<moe_ep.LowLatencyHandle op " + std::to_string(h.op_uid) + " call " +
+               std::to_string(h.call_seq) + ", " + std::to_string(h.num_tokens) + " tokens>";
+      });
+
   py::class_<ExportedBuffer>(m, "Buffer")
       .def(
           "__dlpack__",
@@ -389,19 +467,26 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("world_size", &Op::world_size)
       .def_property_readonly("backend", [](const Op& op) { return to_string(op.backend()); })
       .def_property_readonly("uid", &Op::uid)
+      .def_property_readonly("low_latency", [](const Op& op) { return op.config().low_latency; })
       .def("dispatch", &dispatch, py::arg("x"), py::arg("topk_idx"), py::arg("topk_weights"),
            py::arg("x_scales") = py::none(), py::arg("stream") = 0, py::arg("raw_bits") = false)
       .def("combine", &combine, py::arg("handle"), py::arg("y"), py::arg("out"),
            py::arg("stream") = 0)
+      .def("low_latency_dispatch", &low_latency_dispatch, py::arg("x"), py::arg("topk_idx"),
+           py::arg("topk_weights"), py::arg("x_scales") = py::none(), py::arg("stream") = 0,
+           py::arg("raw_bits") = false)
+      .def("low_latency_combine", &low_latency_combine, py::arg("handle"), py::arg("y"),
+           py::arg("out"), py::arg("stream") = 0)
       .def(
           "reject",
           [](Op& op, const std::string& kind, const std::string& reason, uintptr_t stream) {
             reject_call(op, parse_call_kind(kind), reason, as_stream(stream));
           },
           py::arg("kind"), py::arg("reason"), py::arg("stream") = 0,
-          "Joins this rank's next call of kind (\"dispatch\" | \"combine\") with a rejected "
-          "verdict: every rank's call fails with InvalidArgument naming this rank and reason; "
-          "raises here too. The op stays usable.")
+          "Joins this rank's next call of kind (\"dispatch\" | \"combine\" | "
+          "\"low_latency_dispatch\" | \"low_latency_combine\") with a rejected verdict: every "
+          "rank's call fails with InvalidArgument naming this rank and reason; raises here too. "
+          "The op stays usable.")
       .def(
           "synchronize",
           [](Op& op, uintptr_t stream) {
@@ -416,16 +501,17 @@ PYBIND11_MODULE(_C, m) {
           "get",
           [](OpCache& cache, const std::shared_ptr<Communicator>& comm, int num_experts, int hidden,
              int top_k, int max_tokens_per_rank, const std::string& dispatch,
-             const std::string& combine, int instance_id, int num_sms) {
+             const std::string& combine, int instance_id, int num_sms, bool low_latency) {
             if (!comm) throw InvalidArgument("group is None; a communicator is required");
-            const OpConfig config = make_config(num_experts, hidden, top_k, max_tokens_per_rank,
-                                                dispatch, combine, instance_id, num_sms);
+            const OpConfig config =
+                make_config(num_experts, hidden, top_k, max_tokens_per_rank, dispatch, combine,
+                            instance_id, num_sms, low_latency);
             py::gil_scoped_release release;  // collective create: other ranks may be threads
             return released_without_gil(cache.get(comm, config));
           },
           py::arg("comm"), py::arg("num_experts"), py::arg("hidden"), py::arg("top_k"),
           py::arg("max_tokens_per_rank"), py::arg("dispatch_dtype"), py::arg("combine_dtype"),
-          py::arg("instance_id"), py::arg("num_sms") = 0)
+          py::arg("instance_id"), py::arg("num_sms") = 0, py::arg("low_latency") = false)
       .def_property_readonly("size", &OpCache::size)
       .def_property_readonly("capacity", &OpCache::capacity)
       .def_property_readonly("eviction_log", &OpCache::eviction_log)

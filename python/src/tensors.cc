@@ -106,7 +106,7 @@ alignas(64) unsigned char g_empty_host_bytes[64];
 
 struct ExportContext {
   DlManagedTensor managed{};
-  std::array<int64_t, 2> shape{0, 0};
+  std::array<int64_t, 3> shape{0, 0, 0};
   std::shared_ptr<const void> keepalive;
 };
 
@@ -137,15 +137,19 @@ TensorView view_of(const DlTensor& t, const ArgSpec& spec, py::handle obj) {
                           attr_text(obj, "device", describe_dl_device(t.device.device_type)) +
                           " is not supported; moe-ep takes cpu and cuda tensors");
   }
-  if (t.ndim < 1 || t.ndim > 2) {
-    throw InvalidArgument(std::string(name) + ": " + std::to_string(t.ndim) +
-                          " dimensions; moe-ep takes 1-D and 2-D tensors");
+  if (t.ndim < 1 || t.ndim > spec.max_ndim) {
+    throw InvalidArgument(std::string(name) + ": " + std::to_string(t.ndim) + " dimensions; " +
+                          (spec.max_ndim >= 3 ? std::string(name) + " takes 1-D to 3-D tensors"
+                                              : std::string("moe-ep takes 1-D and 2-D tensors")));
   }
   const ScalarType dtype = map_dtype(t.dtype, spec, obj);
   check_compact(t, name);
   void* data = static_cast<char*>(t.data) + t.byte_offset;
   if (t.ndim == 1) return TensorView::vector(data, dtype, t.shape[0], device, device_index);
-  return TensorView::matrix(data, dtype, t.shape[0], t.shape[1], device, device_index);
+  if (t.ndim == 2) {
+    return TensorView::matrix(data, dtype, t.shape[0], t.shape[1], device, device_index);
+  }
+  return TensorView::tensor3(data, dtype, t.shape[0], t.shape[1], t.shape[2], device, device_index);
 }
 
 // True when obj's array interface says its memory is read-only.
@@ -183,9 +187,9 @@ TensorView import_array_interface(py::handle obj, const ArgSpec& spec) {
              : kind == 'c' ? uint8_t(kDlComplex)
                            : uint8_t(255),
              static_cast<uint8_t>(8 * bytes), 1};
-  std::array<int64_t, 2> dims{1, 1};
-  std::array<int64_t, 2> strides{1, 1};
-  const int known = t.ndim < 2 ? t.ndim : 2;  // view_of rejects other ranks
+  std::array<int64_t, 3> dims{1, 1, 1};
+  std::array<int64_t, 3> strides{1, 1, 1};
+  const int known = t.ndim < 3 ? t.ndim : 3;  // view_of rejects other ranks
   for (int d = 0; d < known; ++d) dims[d] = shape[d].cast<int64_t>();
   t.shape = dims.data();
   if (ai.contains("strides") && !ai["strides"].is_none()) {
@@ -280,7 +284,8 @@ py::tuple ExportedBuffer::dlpack_device() const {
 py::capsule ExportedBuffer::dlpack() const {
   auto ctx = std::make_unique<ExportContext>();
   ctx->keepalive = keepalive_;
-  ctx->shape = {view_.shape[0], view_.ndim == 2 ? view_.shape[1] : 1};
+  ctx->shape = {view_.shape[0], view_.ndim >= 2 ? view_.shape[1] : 1,
+                view_.ndim == 3 ? view_.shape[2] : 1};
   DlTensor& t = ctx->managed.dl_tensor;
   t.data = view_.data;
   if (t.data == nullptr && view_.device == DeviceType::kCpu) t.data = g_empty_host_bytes;
@@ -322,8 +327,8 @@ py::dict ExportedBuffer::array_interface() const {
   py::dict ai;
   ai["version"] = 3;
   ai["typestr"] = typestr;
-  py::tuple shape = view_.ndim == 2 ? py::tuple(py::make_tuple(view_.shape[0], view_.shape[1]))
-                                    : py::tuple(py::make_tuple(view_.shape[0]));
+  py::tuple shape(view_.ndim);
+  for (int d = 0; d < view_.ndim; ++d) shape[d] = view_.shape[d];
   ai["shape"] = shape;
   ai["data"] = py::make_tuple(reinterpret_cast<uintptr_t>(data), false);
   ai["strides"] = py::none();

@@ -29,6 +29,9 @@ struct ArgSpec {
   std::optional<ScalarType> one_byte;
   // The call writes the tensor (combine's out): read-only arrays are rejected.
   bool writable = false;
+  // The most dimensions the argument may have: 2, or 3 for decode mode's slabs (the y of
+  // low_latency_combine). The op checks the exact shape.
+  int max_ndim = 2;
 };
 
 // The DLPack tensors imported for one call. Nothing is consumed until the call took effect:
@@ -48,8 +51,8 @@ class ImportScope {
   // type -> spec.one_byte, where spec allows them. Every failure is an InvalidArgument naming
   // spec.name (a Python exception raised by the producer too, with its type): other dtypes
   // (named by the object's own dtype, e.g. "torch.float16", when it has one), vector lanes,
-  // more than 2 dimensions, non-contiguous strides, devices other than cpu / cuda / pinned
-  // host, a read-only array where the call writes, and objects that are not tensors.
+  // more than spec.max_ndim dimensions, non-contiguous strides, devices other than cpu / cuda /
+  // pinned host, a read-only array where the call writes, and objects that are not tensors.
   TensorView import(py::handle obj, const ArgSpec& spec);
   // The call took effect: consume the imported capsules.
   void commit() { committed_ = true; }

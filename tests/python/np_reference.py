@@ -4,32 +4,43 @@ This module re-implements, from the definitions in DESIGN sections 1-4 and docs/
 scalar conversions (bf16 <-> float32 with round-to-nearest-even and NaN -> 0x7fc0, OCP e4m3 with
 saturation to 448 and ties to the even code, OCP e2m1 saturating at 6, e8m0), the per-row wire
 formats (fp8 blockwise with the FLT_MAX clamp of the encode multiplier, fp8 direct cast with
-Inf -> NaN, mxfp4 with the OCP MX scale rule and the NaN scale byte for non-finite blocks), and
-the dispatch and combine semantics of the CPU backend (canonical row order, local expert ids,
+Inf -> NaN, mxfp4 with the OCP MX scale rule and the NaN scale byte for non-finite blocks,
+int8/e3m4 blockwise with its per-block choice by the smaller fp32 sum of squared errors), the
+dispatch and combine semantics of the CPU backend (canonical row order, local expert ids,
 rows counted once per distinct local expert, fp32 sums in ascending destination rank order
-rounded once to bf16). It never calls into moe_ep, so the tests compare two independent
-implementations; the codecs were checked bit for bit against src/formats/codecs.h on millions of
-random and edge values (ties, subnormals, 448/464, NaN, Inf, zero and tiny blocks). numpy has no
-bf16 or fp8 types: bf16 is carried as uint16 bit patterns and e4m3/e2m1/e8m0 codes as uint8,
-exactly as the Python package carries them. A NaN is skipped by amax as the contract says; the
-tests never feed signalling NaNs, which glibc's fmaxf does not skip.
+rounded once to bf16), and decode mode (docs/design.md#decode-mode: one slab per local expert in
+canonical order, the expert side's weighted sum of the raw expert outputs, products then
+additions each rounded in fp32, rounded to bf16, then the source side's sum as in normal mode).
+It never calls into moe_ep, so the tests compare two independent implementations; the codecs
+of the first four formats were checked bit for bit against src/formats/codecs.h on millions of
+random and edge values (ties, subnormals, 448/464, NaN, Inf, zero and tiny blocks), int8/e3m4
+against the CPU backend through test_int8_e3m4_cpu.py. numpy has no bf16 or fp8 types: bf16 is
+carried as uint16 bit patterns and e4m3/e2m1/e8m0/int8/e3m4 codes as uint8 (int8/e3m4's bf16
+scale words as uint16), exactly as the Python package carries them. A NaN is skipped by amax
+as the contract says; the tests never feed signalling NaNs, which glibc's fmaxf does not skip.
 """
 
 import numpy as np
 
 FP8_BLOCK = 128
 MXFP4_BLOCK = 32
+INT8_E3M4_BLOCK = 32
 E4M3_MAX = np.float32(448.0)
 E4M3_NAN = 0x7F
 E8M0_NAN = 0xFF
 E8M0_ONE = 127
 BF16_NAN = 0x7FC0
 FLT_MAX = np.float32(np.finfo(np.float32).max)
+INT8_MAX = np.float32(127.0)   # symmetric int8: codes -127 .. 127
+E3M4_MAX = np.float32(124.0)   # the largest e3m4 (bias 1) value
+E3M4_WORD_BIT = 0x8000         # int8/e3m4 scale word: bit 15 set for an e3m4 block
 
 # Wire format names: "fp8" is fp8 blockwise on either leg.
-FORMATS = ("bf16", "fp8", "fp8_direct_cast", "fp4")
+FORMATS = ("bf16", "fp8", "fp8_direct_cast", "fp4", "int8_e3m4")
 DISPATCH_DTYPES = ("bf16", "fp8", "fp4")
-COMBINE_DTYPES = ("bf16", "fp8", "fp8_direct_cast")
+# Every combine dtype (the tests, the soak and the GPU tests draw from these).
+COMBINE_DTYPES = ("bf16", "fp8", "fp8_direct_cast", "int8_e3m4")
+ALL_COMBINE_DTYPES = COMBINE_DTYPES
 
 
 # ---------------------------------------------------------------------------------------------
@@ -140,6 +151,109 @@ def floor_log2(a):
     return e.astype(np.int64) - 1
 
 
+def bf16_round_up(x):
+    """The smallest bf16 at or above float32 x >= 0 (finite, below the largest bf16), as
+    uint16: any bit below bf16's mantissa rounds up."""
+    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    return ((u + np.uint64(0xFFFF)) >> np.uint64(16)).astype(np.uint16)
+
+
+def clamped_reciprocal(s):
+    """float32 1 / s for s > 0, FLT_MAX where it overflows (s below 2^-128)."""
+    s = np.asarray(s, dtype=np.float32)
+    with np.errstate(divide="ignore", over="ignore"):
+        r = (np.float32(1.0) / s).astype(np.float32)
+    return np.where(np.isfinite(r), r, FLT_MAX).astype(np.float32)
+
+
+def int8_encode(y):
+    """float32 -> symmetric int8 code as a byte: clamp to [-127, 127], round to nearest even
+    (0.5 -> 0, 2.5 -> 2); NaN -> 0. The byte 0x80 (-128) is never produced."""
+    y = np.asarray(y, dtype=np.float32)
+    y = np.where(np.isnan(y), np.float32(0), y)
+    y = np.minimum(np.maximum(y, -INT8_MAX), INT8_MAX)
+    return np.rint(y).astype(np.int8).view(np.uint8)
+
+
+def int8_decode(q):
+    """int8 code byte -> float32 (two's complement)."""
+    return np.asarray(q, dtype=np.uint8).view(np.int8).astype(np.float32)
+
+
+def e3m4_encode(x):
+    """float32 -> e3m4 code (bias 1, no Inf or NaN): bit 7 the sign (of -0 too), then the
+    magnitude code 16k + rne(|x| * 2^(4-k)) with k = max(floor(log2 |x|), 0), |x| clamped to
+    124 (NaN too, as the C++ comparison does)."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    bits = x.view(np.uint32)
+    sign = ((bits >> np.uint32(24)) & np.uint32(0x80)).astype(np.uint8)
+    a = (bits & np.uint32(0x7FFFFFFF)).view(np.float32)
+    with np.errstate(invalid="ignore"):
+        a = np.where(a <= E3M4_MAX, a, E3M4_MAX).astype(np.float32)
+    biased = (a.view(np.uint32) >> np.uint32(23)).astype(np.int64)
+    k = np.where(biased > 127, biased - 127, 0)
+    scaled = np.ldexp(a, (4 - k).astype(np.int32)).astype(np.float32)  # exact power of two
+    code = 16 * k + np.rint(scaled).astype(np.int64)
+    return (sign | code.astype(np.uint8)).astype(np.uint8)
+
+
+def e3m4_decode(q):
+    """e3m4 code -> float32 (exact): e = 0: m/16; else (16 + m) * 2^(e-5); 0x80 is -0."""
+    q = np.asarray(q, dtype=np.uint8)
+    e = ((q >> 4) & 7).astype(np.int32)
+    m = (q & 15).astype(np.int32)
+    mant = np.where(e != 0, 16 + m, m).astype(np.float32)
+    v = np.ldexp(mant, np.where(e != 0, e, 1) - 5).astype(np.float32)
+    return np.where((q & 0x80) != 0, -v, v).astype(np.float32)
+
+
+def _int8_e3m4_value(codes, words):
+    """Decoded float32 of int8/e3m4 codes [..., 32] under their block's scale word [...]."""
+    words = np.asarray(words, dtype=np.uint16)
+    scale = bf16_to_f32(words & np.uint16(0x7FFF))[..., None]
+    e3m4 = ((words & np.uint16(E3M4_WORD_BIT)) != 0)[..., None]
+    with np.errstate(invalid="ignore", over="ignore"):
+        return (np.where(e3m4, e3m4_decode(codes), int8_decode(codes)) * scale).astype(np.float32)
+
+
+def _pick_sum(sq):
+    """The block's fp32 error sum as the C++ pick_code forms it: sequentially (from 0) within
+    each of the 4 groups of 8 elements, then (g0 + g1) + (g2 + g3)."""
+    groups = sq.reshape(sq.shape[:-1] + (4, 8))
+    g = np.zeros(groups.shape[:-1], dtype=np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        for j in range(8):
+            g = (g + groups[..., j]).astype(np.float32)
+        return ((g[..., 0] + g[..., 1]) + (g[..., 2] + g[..., 3])).astype(np.float32)
+
+
+def _encode_int8_e3m4(x_u16):
+    """int8/e3m4 blockwise (docs/formats.md): (codes [N, H] uint8, scale words [N, H/32])."""
+    xb, amax = _blocks(x_u16, INT8_E3M4_BLOCK)
+    n, nb, _ = xb.shape
+    nonfinite = ~np.isfinite(xb).all(axis=2)
+    zero = (amax == 0) & ~nonfinite
+    plain = ~(nonfinite | zero)
+    safe = np.where(plain, amax, np.float32(1)).astype(np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        s8 = bf16_round_up((safe / INT8_MAX).astype(np.float32))
+        s3 = bf16_round_up((safe * np.float32(0.015625)).astype(np.float32))  # amax * 2^-6
+        inv8 = clamped_reciprocal(bf16_to_f32(s8))[:, :, None]
+        inv3 = clamped_reciprocal(bf16_to_f32(s3))[:, :, None]
+        c8 = int8_encode((xb * inv8).astype(np.float32))
+        c3 = e3m4_encode((xb * inv3).astype(np.float32))
+        d8 = (_int8_e3m4_value(c8, s8) - xb).astype(np.float32)
+        d3 = (_int8_e3m4_value(c3, s3 | np.uint16(E3M4_WORD_BIT)) - xb).astype(np.float32)
+        err8 = _pick_sum((d8 * d8).astype(np.float32))
+        err3 = _pick_sum((d3 * d3).astype(np.float32))
+    pick3 = plain & (err3 < err8)  # ties and NaN sums keep int8
+    words = np.where(pick3, s3 | np.uint16(E3M4_WORD_BIT), s8)
+    words = np.where(nonfinite, np.uint16(BF16_NAN), np.where(zero, np.uint16(0), words))
+    codes = np.where(pick3[:, :, None], c3, c8)
+    codes = np.where(plain[:, :, None], codes, np.uint8(0))  # x * 0 codes as 0 in either block
+    return codes.astype(np.uint8).reshape(n, nb * INT8_E3M4_BLOCK), words.astype(np.uint16)
+
+
 # ---------------------------------------------------------------------------------------------
 # Row formats. x: [N, H] uint16 bf16 bits. encode -> (payload, scales or None).
 
@@ -187,6 +301,8 @@ def encode(fmt, x_u16):
         codes = e2m1_encode(prod).reshape(n, h)
         payload = (codes[:, 0::2] | (codes[:, 1::2] << 4)).astype(np.uint8)
         return payload, stored
+    if fmt == "int8_e3m4":
+        return _encode_int8_e3m4(x_u16)
     raise ValueError(f"unknown format {fmt!r}")
 
 
@@ -213,12 +329,17 @@ def decode(fmt, payload, scales):
         with np.errstate(invalid="ignore", over="ignore"):
             out = v * e8m0_decode(scales)[:, :, None]
         return out.astype(np.float32).reshape(n, 2 * half)
+    if fmt == "int8_e3m4":
+        q = np.asarray(payload, dtype=np.uint8)
+        n, h = q.shape
+        blocks = q.reshape(n, h // INT8_E3M4_BLOCK, INT8_E3M4_BLOCK)
+        return _int8_e3m4_value(blocks, scales).reshape(n, h)
     raise ValueError(f"unknown format {fmt!r}")
 
 
 def scale_dim(fmt, hidden):
     return {"bf16": 0, "fp8_direct_cast": 0, "fp8": hidden // FP8_BLOCK,
-            "fp4": hidden // MXFP4_BLOCK}[fmt]
+            "fp4": hidden // MXFP4_BLOCK, "int8_e3m4": hidden // INT8_E3M4_BLOCK}[fmt]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -302,3 +423,115 @@ def combine(ys, recv, num_tokens, combine_dtype):
                 toks = recv[r]["recv_src_token"][rows]
                 sums[s][toks] = sums[s][toks] + dec[rows]  # tokens are distinct per r
     return [f32_to_bf16(acc) for acc in sums]
+
+
+# ---------------------------------------------------------------------------------------------
+# Decode mode (docs/design.md#decode-mode, docs/decode-mode.md)
+
+def low_latency_dispatch(inputs, num_experts, max_tokens, dispatch_dtype):
+    """Reference low_latency_dispatch for every rank.
+
+    inputs: as for dispatch. max_tokens: Tmax (max_tokens_per_rank). Returns, per destination
+    rank r, a dict of arrays of the fixed shapes (E/W local experts, S = W * Tmax rows per slab):
+    recv_x [E/W, S, payload cols], recv_x_scales [E/W, S, scale cols] or None, recv_count [E/W]
+    int32, recv_src_rank / recv_src_token / recv_src_slot [E/W, S] int32. Slab e holds a row per
+    (source rank s, token t) with an unmasked slot naming global expert r * E/W + e, in
+    canonical order (s, then t) from row 0, attributed to the first such slot. recv_x and
+    recv_x_scales are zero at and after the count (the op leaves those rows unspecified: compare
+    only rows below the count); recv_src_* are -1 there, as the op writes them.
+    """
+    w = len(inputs)
+    epr = num_experts // w
+    slab = w * max_tokens
+    wire = []
+    for inp in inputs:
+        if inp.get("x_scales") is not None:
+            wire.append((np.asarray(inp["x"]), np.asarray(inp["x_scales"])))
+        else:
+            wire.append(encode(dispatch_dtype, inp["x"]))
+    outputs = []
+    for r in range(w):
+        payload_shape = (epr, slab) + wire[0][0].shape[1:]
+        recv_x = np.zeros(payload_shape, dtype=wire[0][0].dtype)
+        recv_scales = None
+        if wire[0][1] is not None:
+            recv_scales = np.zeros((epr, slab) + wire[0][1].shape[1:], dtype=wire[0][1].dtype)
+        count = np.zeros(epr, dtype=np.int32)
+        src = {name: np.full((epr, slab), -1, dtype=np.int32)
+               for name in ("recv_src_rank", "recv_src_token", "recv_src_slot")}
+        for e in range(epr):
+            expert = r * epr + e
+            for s, inp in enumerate(inputs):
+                idx = np.asarray(inp["topk_idx"], dtype=np.int64)
+                for t in range(idx.shape[0]):
+                    slots = np.nonzero(idx[t] == expert)[0]
+                    if len(slots) == 0:
+                        continue
+                    row = count[e]
+                    recv_x[e, row] = wire[s][0][t]
+                    if recv_scales is not None:
+                        recv_scales[e, row] = wire[s][1][t]
+                    src["recv_src_rank"][e, row] = s
+                    src["recv_src_token"][e, row] = t
+                    src["recv_src_slot"][e, row] = slots[0]
+                    count[e] += 1
+        outputs.append(dict(recv_x=recv_x, recv_x_scales=recv_scales, recv_count=count, **src))
+    return outputs
+
+
+def low_latency_partials(ys, inputs, recv, num_experts):
+    """The expert side of low_latency_combine, per expert rank r: (src_rank [n], src_token [n],
+    p [n, H] bf16 uint16) for every (s, t) that r received, in canonical order, where
+    p = bf16(sum over t's slots k ascending, unmasked and local to r, of
+    w[t][k] * float(ys[r][e_k][row of (s, t) in slab e_k])), in fp32 from 0.0, each term a
+    rounded product followed by a rounded addition. A slot repeating an expert adds its own
+    weight times the same row.
+
+    ys: per rank [E/W, W * Tmax, H] bf16 uint16 (the experts' raw outputs). recv: the
+    low_latency_dispatch reference outputs (for the rows of (s, t) in each slab).
+    """
+    w = len(inputs)
+    epr = num_experts // w
+    h = np.asarray(ys[0]).shape[2]
+    parts = []
+    for r in range(w):
+        y = np.asarray(ys[r], dtype=np.uint16)
+        row_of = {}  # (s, t, local expert) -> slab row
+        for e in range(epr):
+            for i in range(int(recv[r]["recv_count"][e])):
+                key = (int(recv[r]["recv_src_rank"][e, i]), int(recv[r]["recv_src_token"][e, i]))
+                row_of[key + (e,)] = i
+        src_rank, src_token, sums = [], [], []
+        for s, inp in enumerate(inputs):
+            idx = np.asarray(inp["topk_idx"], dtype=np.int64)
+            wts = np.asarray(inp["topk_weights"], dtype=np.float32)
+            for t in range(idx.shape[0]):
+                local = [(k, int(idx[t, k]) - r * epr) for k in range(idx.shape[1])
+                         if idx[t, k] >= 0 and idx[t, k] // epr == r]
+                if not local:
+                    continue
+                acc = np.zeros(h, dtype=np.float32)
+                with np.errstate(invalid="ignore", over="ignore"):
+                    for k, e in local:  # ascending k: product rounded, then the addition
+                        term = (wts[t, k] * bf16_to_f32(y[e, row_of[(s, t, e)]])).astype(
+                            np.float32)
+                        acc = (acc + term).astype(np.float32)
+                src_rank.append(s)
+                src_token.append(t)
+                sums.append(acc)
+        p = f32_to_bf16(np.array(sums, dtype=np.float32).reshape(-1, h))
+        parts.append((np.array(src_rank, dtype=np.int32), np.array(src_token, dtype=np.int32), p))
+    return parts
+
+
+def low_latency_combine(ys, inputs, recv, num_experts, combine_dtype):
+    """Reference low_latency_combine for every source rank: the expert side
+    (low_latency_partials), then the source side exactly as normal mode's combine (each p
+    encoded in the combine dtype, decoded, summed in fp32 from 0.0 by ascending expert rank,
+    rounded to bf16); a token with every slot masked comes out as zeros. Returns per source
+    rank [T_s, H] bf16 uint16."""
+    parts = low_latency_partials(ys, inputs, recv, num_experts)
+    routing = [{"recv_src_rank": src_rank, "recv_src_token": src_token}
+               for src_rank, src_token, _ in parts]
+    return combine([p for _, _, p in parts], routing,
+                   [len(inp["topk_idx"]) for inp in inputs], combine_dtype)

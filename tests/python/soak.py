@@ -55,7 +55,8 @@ def validation_mode():
 
 def hidden_for(rng, d, c):
     """A hidden size every rule accepts: blocks of the formats in use, 16-byte rows."""
-    base = 128 if "fp8" in (d, c) else 32 if d == "fp4" else 16 if c == "fp8_direct_cast" else 8
+    base = (128 if "fp8" in (d, c) else 32 if d == "fp4" or c == "int8_e3m4" else
+            16 if c == "fp8_direct_cast" else 8)
     return base * int(rng.integers(1, max(1, 512 // base) + 1))
 
 

@@ -2,7 +2,7 @@
 
 Every rank is a thread of this process (moe_ep.CpuWorld); each test runs get_op, dispatch and
 combine on all ranks, copies every output, and compares it exactly (dtype, shape and bits) with
-the independent numpy reference of np_reference.py: all 9 (dispatch, combine) dtype pairs at a
+the independent numpy reference of np_reference.py: all 12 (dispatch, combine) dtype pairs at a
 small shape with a different token count per rank (one rank with none) and masked slots, then
 named edge cases: world size 1, every slot masked, a rank that receives nothing, repeated calls
 on one op, pre-quantized fp8 and mxfp4 input, duplicate expert ids, non-finite combine input,

@@ -1,5 +1,5 @@
 """GPU test of moe_ep.single_gpu_world from Python threads: two ranks of the CUDA backend on ONE
-GPU, each driven from its own Python thread and torch stream, with CUDA torch tensors. All 9
+GPU, each driven from its own Python thread and torch stream, with CUDA torch tensors. All 12
 (dispatch, combine) dtype pairs run through get_op (one op cache per rank, LRU of 4, so ops are
 evicted on the way), and every output is compared bit for bit with np_reference.py using the
 inputs and checks of test_gpu_torch.py; then a rank whose Python layer rejects a tensor fails

@@ -32,7 +32,7 @@ TOP_K = 3
 HIDDEN = 512
 MAX_TOKENS = 48
 DISPATCH_DTYPES = ("bf16", "fp8", "fp4")
-COMBINE_DTYPES = ("bf16", "fp8", "fp8_direct_cast")
+COMBINE_DTYPES = ("bf16", "fp8", "fp8_direct_cast", "int8_e3m4")
 # Tokens per rank for each input case (rank s uses entry s); case 1 gives rank 0 no tokens.
 CASE_TOKENS = {0: (40, 29), 1: (0, 23), 2: (48, 5), 3: (9, 48), 4: (1, 31)}
 TIMEOUT_S = 420  # all ranks must report by then; a rank stuck in a collective is killed
@@ -307,7 +307,7 @@ def run_rank(rk, moe_ep, group):
         return moe_ep.get_op(group, NUM_EXPERTS, TOP_K, HIDDEN, MAX_TOKENS,
                              dispatch_dtype=d, combine_dtype=c)
 
-    # Every dtype pair, with tokens on every rank and with rank 0 sending none. Nine ops
+    # Every dtype pair, with tokens on every rank and with rank 0 sending none. Twelve ops
     # through an LRU cache of 4: ops are evicted (and destroyed on every rank) on the way.
     for d in DISPATCH_DTYPES:
         for c in COMBINE_DTYPES:
