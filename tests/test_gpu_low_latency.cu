@@ -4,11 +4,16 @@
 // graph test: each rank captures low_latency_dispatch -> an expert kernel -> low_latency_combine
 // in one CUDA graph and replays it 200 times with new inputs copied into the captured buffers
 // (new routing, masked slots, tokens with every slot masked, and rounds where every token is
-// masked), each replay checked bit for bit.
+// masked), each replay checked bit for bit. Overlap hooks at W = 2: two micro-batches on two ops
+// per rank, every call split into its send part (return_recv_hook) and its receive part in the
+// overlapped order with no host wait in between, eagerly for every dtype pair (equal to the
+// reference and to the same calls without hooks) and captured in one graph replayed with new
+// inputs.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <random>
+#include <vector>
 
 #include "formats/codecs.h"
 #include "testing/gpu_world.h"
@@ -226,6 +231,204 @@ TEST(GpuLowLatencyGraph, CapturedRoundReplays200TimesWithNewInputs) {
   for (int i = 0; i < replays; ++i) {
     SCOPED_TRACE("replay " + std::to_string(i));
     testing::check_low_latency_round(c, world_size, rounds[i], i + 1);
+    if (::testing::Test::HasFailure()) break;  // one replay's report is enough
+  }
+}
+
+// ---- overlap hooks ----------------------------------------------------------------------------
+
+// One micro-batch of one rank on the device: its inputs, y (the expert's output) and out.
+struct DeviceMicroBatch {
+  testing::DeviceInput input;
+  testing::DeviceBuffer y;
+  testing::DeviceBuffer out;
+  int64_t tokens = 0;
+  LowLatencyDispatchResult d;
+
+  DeviceMicroBatch(const OpConfig& c, int world_size, const RankInput& in)
+      : input(in, 0), tokens(in.num_tokens) {
+    const int64_t slabs = c.num_experts / world_size;
+    const int64_t slab_rows = static_cast<int64_t>(world_size) * c.max_tokens_per_rank;
+    y = testing::DeviceBuffer::of_bytes(slabs * slab_rows * c.hidden * 2);
+    out = testing::DeviceBuffer::copy_of(std::vector<uint16_t>(tokens * c.hidden, 0xffff));
+  }
+  TensorView y_view(const OpConfig& c, int world_size) const {
+    return TensorView::tensor3(y.ptr.get(), ScalarType::kBFloat16, c.num_experts / world_size,
+                               static_cast<int64_t>(world_size) * c.max_tokens_per_rank, c.hidden,
+                               DeviceType::kCuda, 0);
+  }
+  TensorView out_view(const OpConfig& c) const {
+    return TensorView::matrix(out.ptr.get(), ScalarType::kBFloat16, tokens, c.hidden,
+                              DeviceType::kCuda, 0);
+  }
+};
+
+// Queues rank `rank`'s two micro-batches, batches[0] on ops[0] and batches[1] on ops[1], on
+// `stream` in the order an engine overlapping them uses, with no host wait: dispatch(A, hook),
+// dispatch(B, hook), dispatch_recv(A), dispatch_recv(B), the scaled expert on both, combine(A,
+// hook), combine(B, hook), combine_recv(A), combine_recv(B). Capturable as it is.
+void queue_two_micro_batches(Op* const ops[2], DeviceMicroBatch* const batches[2], int rank,
+                             cudaStream_t stream) {
+  const OpConfig& c = ops[0]->config();
+  const int w = ops[0]->world_size();
+  for (int m = 0; m < 2; ++m) {
+    LowLatencyDispatchArgs args(batches[m]->input.view, /*hook=*/true);
+    args.stream = stream;
+    batches[m]->d = ops[m]->low_latency_dispatch(args);
+    EXPECT_TRUE(batches[m]->d.recv_pending);
+  }
+  for (int m = 0; m < 2; ++m) ops[m]->low_latency_dispatch_recv(batches[m]->d.handle, stream);
+  for (int m = 0; m < 2; ++m) {
+    launch_scaled_expert(c, w, rank, batches[m]->d, static_cast<uint16_t*>(batches[m]->y.ptr.get()),
+                         stream);
+  }
+  for (int m = 0; m < 2; ++m) {
+    ops[m]->low_latency_combine(batches[m]->y_view(c, w), batches[m]->d.handle,
+                                batches[m]->out_view(c), stream, /*return_recv_hook=*/true);
+  }
+  for (int m = 0; m < 2; ++m) ops[m]->low_latency_combine_recv(batches[m]->d.handle, stream);
+}
+
+// Downloads one micro-batch's outputs on rank `rank` into `round`.
+void download_micro_batch(const Op& op, int rank, const DeviceMicroBatch& batch,
+                          LowLatencyRound& round) {
+  const OpConfig& c = op.config();
+  round.views[rank] = batch.d;
+  round.op_uids[rank] = op.uid();
+  round.received[rank] = reference::copy_low_latency_outputs(batch.d, testing::device_to_host);
+  round.out[rank].assign(batch.tokens * c.hidden, 0);
+  if (batch.tokens > 0) {
+    testing::device_to_host(round.out[rank].data(), batch.out.ptr.get(),
+                            batch.tokens * c.hidden * 2);
+  }
+}
+
+TEST(GpuLowLatencyHooks, TwoMicroBatchesEqualTheReferenceAndTheCallsWithoutHooks) {
+  if (!testing::have_gpu()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
+  const int world_size = 2;
+  for (const DtypePair& pair : testing::all_pairs()) {
+    SCOPED_TRACE(testing::pair_name(pair) + " at W=2");
+    const OpConfig c = decode_config(world_size, pair);
+    OpConfig config_b = c;
+    config_b.instance_id = 1;
+    OpConfig config_plain = c;
+    config_plain.instance_id = 2;
+    // Two rounds of each micro-batch on the same two ops, then the same inputs on a third op
+    // without hooks.
+    std::vector<LowLatencyRound> a, b, plain_a, plain_b;
+    for (int i = 0; i < 2; ++i) {
+      a.emplace_back(world_size, decode_inputs(c, world_size, 10 + i));
+      b.emplace_back(world_size, decode_inputs(c, world_size, 20 + i));
+      plain_a.emplace_back(world_size, a.back().inputs);
+      plain_b.emplace_back(world_size, b.back().inputs);
+    }
+    auto comms = make_single_gpu_world(world_size);
+    testing::run_world(comms, [&](int rank, const std::shared_ptr<Communicator>& comm) {
+      auto op_a = create_op(comm, c);
+      auto op_b = create_op(comm, config_b);
+      auto op_plain = create_op(comm, config_plain);
+      TestStream stream;
+      for (size_t i = 0; i < a.size(); ++i) {
+        DeviceMicroBatch batch_a(c, world_size, a[i].inputs[rank]);
+        DeviceMicroBatch batch_b(c, world_size, b[i].inputs[rank]);
+        Op* const ops[2] = {op_a.get(), op_b.get()};
+        DeviceMicroBatch* const batches[2] = {&batch_a, &batch_b};
+        queue_two_micro_batches(ops, batches, rank, stream.s);
+        op_a->synchronize(stream.s);
+        op_b->synchronize(stream.s);
+        download_micro_batch(*op_a, rank, batch_a, a[i]);
+        download_micro_batch(*op_b, rank, batch_b, b[i]);
+      }
+      for (size_t i = 0; i < a.size(); ++i) {
+        gpu_low_latency_round(*op_plain, rank, plain_a[i], stream.s);
+      }
+      for (size_t i = 0; i < a.size(); ++i) {
+        gpu_low_latency_round(*op_plain, rank, plain_b[i], stream.s);
+      }
+    });
+    for (size_t i = 0; i < a.size(); ++i) {
+      SCOPED_TRACE("round " + std::to_string(i + 1));
+      testing::check_low_latency_round(c, world_size, a[i], i + 1);
+      testing::check_low_latency_round(config_b, world_size, b[i], i + 1);
+      for (int r = 0; r < world_size; ++r) {
+        SCOPED_TRACE("rank " + std::to_string(r) + ": with hooks against without");
+        for (const auto* pair_of : {&a, &b}) {
+          const LowLatencyRound& hooked = (*pair_of)[i];
+          const LowLatencyRound& plain = pair_of == &a ? plain_a[i] : plain_b[i];
+          testing::expect_same("recv_count", hooked.received[r].recv_count,
+                               plain.received[r].recv_count);
+          testing::expect_same("recv_x", hooked.received[r].recv_x, plain.received[r].recv_x);
+          testing::expect_same("recv_x_scales", hooked.received[r].recv_x_scales,
+                               plain.received[r].recv_x_scales);
+          testing::expect_same("recv_src_slot", hooked.received[r].recv_src_slot,
+                               plain.received[r].recv_src_slot);
+          testing::expect_same("out", hooked.out[r], plain.out[r]);
+        }
+      }
+    }
+    if (::testing::Test::HasFailure()) return;  // one pair's report is enough
+  }
+}
+
+TEST(GpuLowLatencyHooksGraph, CapturedTwoMicroBatchRoundReplaysWithNewInputs) {
+  // Each rank captures queue_two_micro_batches in one CUDA graph and replays it with new inputs
+  // copied into the captured buffers (replay_inputs: new routing, masked slots and tokens).
+  if (!testing::have_gpu()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
+  const int world_size = 2;
+  const int replays = 50;
+  const OpConfig c = decode_config(world_size, {DispatchDtype::fp8, CombineDtype::int8_e3m4});
+  OpConfig config_b = c;
+  config_b.instance_id = 1;
+  std::vector<LowLatencyRound> a, b;
+  for (int i = 0; i < replays; ++i) {
+    a.emplace_back(world_size, replay_inputs(c, world_size, i));
+    b.emplace_back(world_size, replay_inputs(c, world_size, 1000 + i));
+  }
+  auto comms = make_single_gpu_world(world_size);
+  testing::run_world(comms, [&](int rank, const std::shared_ptr<Communicator>& comm) {
+    auto op_a = create_op(comm, c);
+    auto op_b = create_op(comm, config_b);
+    TestStream stream;
+    DeviceMicroBatch batch_a(c, world_size, a[0].inputs[rank]);
+    DeviceMicroBatch batch_b(c, world_size, b[0].inputs[rank]);
+    Op* const ops[2] = {op_a.get(), op_b.get()};
+    DeviceMicroBatch* const batches[2] = {&batch_a, &batch_b};
+    cudaGraph_t graph = nullptr;
+    MOE_EP_CUDA_CHECK(cudaStreamBeginCapture(stream.s, cudaStreamCaptureModeThreadLocal));
+    queue_two_micro_batches(ops, batches, rank, stream.s);
+    MOE_EP_CUDA_CHECK(cudaStreamEndCapture(stream.s, &graph));
+    cudaGraphExec_t exec = nullptr;
+    MOE_EP_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    for (int i = 0; i < replays; ++i) {
+      for (int m = 0; m < 2; ++m) {
+        const RankInput& in = (m == 0 ? a[i] : b[i]).inputs[rank];
+        const testing::DeviceInput& dev = batches[m]->input;
+        MOE_EP_CUDA_CHECK(cudaMemcpyAsync(dev.topk_idx.ptr.get(), in.topk_idx.data(),
+                                          in.topk_idx.size() * 4, cudaMemcpyHostToDevice,
+                                          stream.s));
+        MOE_EP_CUDA_CHECK(cudaMemcpyAsync(dev.topk_weights.ptr.get(), in.topk_weights.data(),
+                                          in.topk_weights.size() * 4, cudaMemcpyHostToDevice,
+                                          stream.s));
+        MOE_EP_CUDA_CHECK(cudaMemcpyAsync(dev.x.ptr.get(), in.x.data(), in.x.size() * 2,
+                                          cudaMemcpyHostToDevice, stream.s));
+      }
+      MOE_EP_CUDA_CHECK(cudaGraphLaunch(exec, stream.s));
+      MOE_EP_CUDA_CHECK(cudaStreamSynchronize(stream.s));
+      download_micro_batch(*op_a, rank, batch_a, a[i]);
+      download_micro_batch(*op_b, rank, batch_b, b[i]);
+      // The device counted the calls; the host, which saw only the capture, did not.
+      a[i].views[rank].handle.call_seq = i + 1;
+      b[i].views[rank].handle.call_seq = i + 1;
+    }
+    op_a->synchronize(stream.s);  // raises anything the replays reported
+    op_b->synchronize(stream.s);
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+  });
+  for (int i = 0; i < replays; ++i) {
+    SCOPED_TRACE("replay " + std::to_string(i));
+    testing::check_low_latency_round(c, world_size, a[i], i + 1);
+    testing::check_low_latency_round(config_b, world_size, b[i], i + 1);
     if (::testing::Test::HasFailure()) break;  // one replay's report is enough
   }
 }

@@ -2,9 +2,11 @@
 // #combine, #errors). Lifecycle: check_config (pure) -> create_op (collective: every rank's
 // verdict on its configuration and the configuration itself are agreed on before any buffer is
 // allocated) -> dispatch / combine and, in decode mode, low_latency_dispatch /
-// low_latency_combine (collective). Every rank of the communicator makes the same
-// calls in the same order; each call first agrees on every rank's verdict on its arguments and on
-// the identity of the call (docs/design.md#collective-calls-and-agreement).
+// low_latency_combine, which overlap hooks split into a send part and a receive part
+// (low_latency_dispatch_recv / low_latency_combine_recv) (collective). Every rank of the
+// communicator makes the same calls in the same order; each call first agrees on every rank's
+// verdict on its arguments and on the identity of the call
+// (docs/design.md#collective-calls-and-agreement).
 #pragma once
 
 #include <cstdint>
@@ -94,8 +96,17 @@ struct DispatchResult {
 };
 
 // Decode mode (docs/decode-mode.md): fixed shapes, one slab of W * Tmax rows per local expert
-// (Tmax = max_tokens_per_rank). Its arguments are those of dispatch, T <= Tmax.
-using LowLatencyDispatchArgs = DispatchArgs;
+// (Tmax = max_tokens_per_rank). Its arguments are those of dispatch, T <= Tmax, and the overlap
+// hook.
+struct LowLatencyDispatchArgs : DispatchArgs {
+  LowLatencyDispatchArgs() = default;
+  // Implicit: the arguments of a dispatch are those of a low-latency dispatch without the hook.
+  LowLatencyDispatchArgs(const DispatchArgs& args, bool hook = false)
+      : DispatchArgs(args), return_recv_hook(hook) {}
+  // Overlap hook (docs/decode-mode.md#overlap-hooks): agree on the step and send only; the
+  // result's views are set but not filled until Op::low_latency_dispatch_recv(handle).
+  bool return_recv_hook = false;
+};
 
 // Ties a low_latency_combine to the low-latency dispatch that produced it.
 struct LowLatencyHandle {
@@ -116,6 +127,9 @@ struct LowLatencyDispatchResult {
   TensorView recv_src_token;  // [E/W, W*Tmax] int32: token index on that rank, -1 past the count
   TensorView recv_src_slot;   // [E/W, W*Tmax] int32: first top-k slot naming e, -1 past the count
   LowLatencyHandle handle;
+  // Made with return_recv_hook: the views point at their fixed memory but hold nothing of this
+  // call until low_latency_dispatch_recv(handle) has run (on the CUDA backend: on its stream).
+  bool recv_pending = false;
 };
 
 class Op {
@@ -136,9 +150,19 @@ class Op {
   // implemented by the <backend> backend").
   virtual LowLatencyDispatchResult low_latency_dispatch(const LowLatencyDispatchArgs& args);
   // y: [E/W, W*Tmax, H] bf16, row i of slab e is local expert e's output for the slab's row i;
-  // out: [T, H] bf16 for this rank's T of that low-latency dispatch.
+  // out: [T, H] bf16 for this rank's T of that low-latency dispatch. With return_recv_hook only
+  // the partial sums are sent; low_latency_combine_recv(handle) then sums them into this `out`.
   virtual void low_latency_combine(const TensorView& y, const LowLatencyHandle& handle,
-                                   const TensorView& out, void* stream = nullptr);
+                                   const TensorView& out, void* stream = nullptr,
+                                   bool return_recv_hook = false);
+  // Overlap hooks (docs/decode-mode.md#overlap-hooks): the receive part of the op's latest
+  // decode call made with return_recv_hook, given that call's handle. Collective: every rank
+  // calls it. An op has at most one receive pending; until it is done, every other call on the
+  // op is rejected on every rank, and a receive call with nothing pending, of the other kind or
+  // with another handle is rejected here without waiting for any rank (every rank makes the
+  // same mistake, since ranks make the same calls). The op stays usable in each case.
+  virtual void low_latency_dispatch_recv(const LowLatencyHandle& handle, void* stream = nullptr);
+  virtual void low_latency_combine_recv(const LowLatencyHandle& handle, void* stream = nullptr);
   // Waits for this op's work queued on `stream` and raises any error its kernels reported
   // (e.g. a Timeout inside combine). Calls also raise such errors at their next entry.
   virtual void synchronize(void* stream = nullptr) { (void)stream; }

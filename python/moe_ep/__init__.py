@@ -116,6 +116,7 @@ from ._op import (  # noqa: E402,F401
     DispatchOutput,
     LowLatencyDispatchOutput,
     Op,
+    RecvHook,
     clear_op_cache,
     get_op,
     op_cache_info,
@@ -127,6 +128,6 @@ __all__ = [
     "scale_dim", "resolve_dtypes", "DtypeResolution", "Error", "InvalidArgument",
     "InvalidUsage", "Timeout", "RemoteError", "CudaError", "NcclError", "InternalError",
     "CpuWorld", "Communicator", "Handle", "LowLatencyHandle", "Op", "DispatchOutput",
-    "LowLatencyDispatchOutput", "get_op", "clear_op_cache", "op_cache_info",
+    "LowLatencyDispatchOutput", "RecvHook", "get_op", "clear_op_cache", "op_cache_info",
     "cuda_backend_built", "single_gpu_world",
 ]

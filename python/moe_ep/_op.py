@@ -1,5 +1,6 @@
 """Ops on torch tensors and numpy arrays: get_op, Op.dispatch, Op.combine, the decode-mode
-calls Op.low_latency_dispatch and Op.low_latency_combine, single_gpu_world.
+calls Op.low_latency_dispatch and Op.low_latency_combine (with overlap hooks: return_recv_hook),
+single_gpu_world.
 
 Arguments are handed to the C++ op zero copy (DLPack); outputs are views of the op's buffers,
 valid until the next dispatch of the same mode on the same op. CUDA work is queued on torch's
@@ -149,6 +150,30 @@ def _from_buffer(buf, as_torch: bool, torch_view=None):
     return np.asarray(buf)
 
 
+class RecvHook:
+    """The receive part of a decode-mode call made with return_recv_hook=True
+    (docs/decode-mode.md#overlap-hooks). Calling it completes the call: the low-latency
+    dispatch's views are filled, or the combine's out is summed. It is collective like the call
+    (every rank calls its hook) and runs on torch's current stream at the time of the call. An op
+    holds one pending receive: until its hook has run, every other call on the op fails on every
+    rank, and calling a hook twice (or one of an earlier call) raises InvalidUsage on the rank
+    that does it, without waiting for the others."""
+    __slots__ = ("_op", "_kind", "_handle", "_keep")
+
+    def __init__(self, op, kind: str, handle, keep=None):
+        self._op = op          # the Op wrapper
+        self._kind = kind      # "low_latency_dispatch_recv" or "low_latency_combine_recv"
+        self._handle = handle  # the LowLatencyHandle of the call's low-latency dispatch
+        self._keep = keep      # combine: the out the receive part writes, alive until then
+
+    def __call__(self) -> None:
+        getattr(self._op._op, self._kind)(self._handle, stream=self._op._stream())
+
+    def __repr__(self):
+        return (f"<moe_ep.RecvHook {self._kind} of low-latency dispatch call "
+                f"{self._handle.call_seq} of op {self._handle.op_uid}>")
+
+
 # ---- the op ---------------------------------------------------------------------------------
 
 class Op:
@@ -286,8 +311,10 @@ class Op:
         self._op.combine(handle, y_arg, out_arg, stream=stream)
         return out
 
-    def low_latency_dispatch(self, x, topk_idx, topk_weights, x_scales=None):
-        """Decode mode's dispatch; returns (LowLatencyDispatchOutput, LowLatencyHandle).
+    def low_latency_dispatch(self, x, topk_idx, topk_weights, x_scales=None,
+                             return_recv_hook=False):
+        """Decode mode's dispatch; returns (LowLatencyDispatchOutput, LowLatencyHandle), and
+        with return_recv_hook=True (recv, handle, hook).
 
         Only for ops created with get_op(..., low_latency=True). The arguments are those of
         dispatch, with T <= max_tokens_per_rank; the outputs have shapes fixed by the
@@ -295,21 +322,35 @@ class Op:
         LowLatencyDispatchOutput) and stay valid until the next low_latency_dispatch on the op,
         whatever normal-mode calls come in between. A bad argument on any rank (or a call on an
         op without low_latency) fails every rank's call with ValueError and changes nothing.
+
+        return_recv_hook=True (True or False only) splits the call for overlap
+        (docs/decode-mode.md#overlap-hooks): this call agrees on the step and sends, and returns
+        at once; the outputs are views of their fixed memory but hold nothing of this call until
+        hook() (a RecvHook) has run. Every rank calls its hook; until then the op takes no
+        other call.
         """
         as_torch = _is_torch(x)
+        stream = 0
+        try:
+            stream = self._stream()
+            hook = _bool_arg("return_recv_hook", return_recv_hook)
+        except Exception as e:  # noqa: BLE001 -- any refusal of this rank is the call's
+            self._reject("low_latency_dispatch", e, stream)
         args, stream = self._dispatch_args("low_latency_dispatch", x, topk_idx, topk_weights,
                                            x_scales)
         recv, handle = self._op.low_latency_dispatch(*args, stream=stream,
-                                                     raw_bits=not as_torch)
+                                                     raw_bits=not as_torch, return_recv_hook=hook)
         x_view, scale_view = self._wire_views(as_torch)
         out = LowLatencyDispatchOutput(
             _from_buffer(recv["recv_x"], as_torch, x_view),
             _from_buffer(recv["recv_x_scales"], as_torch, scale_view),
             *(_from_buffer(recv[k], as_torch) for k in (
                 "recv_count", "recv_src_rank", "recv_src_token", "recv_src_slot")))
+        if hook:
+            return out, handle, RecvHook(self, "low_latency_dispatch_recv", handle)
         return out, handle
 
-    def low_latency_combine(self, y, handle, out=None):
+    def low_latency_combine(self, y, handle, out=None, return_recv_hook=False):
         """Decode mode's combine of the latest low_latency_dispatch (its handle).
 
         y: [E/W, W * max_tokens_per_rank, H] bf16, row i of slab e the raw output of local
@@ -317,16 +358,24 @@ class Op:
         applies the routing weights. Returns out: [T, H] bf16 for this rank's T of that
         dispatch (allocated when None). A bad argument on any rank fails every rank's call with
         ValueError and changes nothing (out is not written, the handle stays good).
+
+        return_recv_hook=True (True or False only): this call sends the expert side's partial
+        sums and returns (out, hook) at once; out holds the result once hook() (a RecvHook,
+        which keeps out alive) has run on every rank. Until then the op takes no other call.
         """
         stream = 0
         try:
             stream = self._stream()
+            hook = _bool_arg("return_recv_hook", return_recv_hook)
             if out is None:
                 out = self._new_out(y, handle, _C.LowLatencyHandle, "a low_latency_dispatch")
             y_arg, out_arg = _export(y, "y"), _export(out, "out")
         except Exception as e:  # noqa: BLE001 -- any refusal of this rank is the call's
             self._reject("low_latency_combine", e, stream)
-        self._op.low_latency_combine(handle, y_arg, out_arg, stream=stream)
+        self._op.low_latency_combine(handle, y_arg, out_arg, stream=stream,
+                                     return_recv_hook=hook)
+        if hook:
+            return out, RecvHook(self, "low_latency_combine_recv", handle, keep=out)
         return out
 
     def synchronize(self):
@@ -499,5 +548,5 @@ def op_cache_info() -> dict:
     return info
 
 
-__all__ = ["DispatchOutput", "LowLatencyDispatchOutput", "Op", "get_op", "clear_op_cache",
-           "op_cache_info", "single_gpu_world"]
+__all__ = ["DispatchOutput", "LowLatencyDispatchOutput", "Op", "RecvHook", "get_op",
+           "clear_op_cache", "op_cache_info", "single_gpu_world"]

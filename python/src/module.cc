@@ -1,9 +1,10 @@
 // moe_ep._C: the compiled half of the Python package. It exposes the C++ API with its own names
 // and string values (dtype enums, block sizes, scale_dim, dtype resolution, the error family,
-// communicators including the single-GPU test world, ops with their decode-mode calls, their
-// rejections and the op cache) and nothing else: the Python half (python/moe_ep) only turns
-// torch tensors, numpy arrays and process groups into the arguments below. An argument this
-// layer cannot import is a rejected call (Op::reject), never an error of this rank alone.
+// communicators including the single-GPU test world, ops with their decode-mode calls and their
+// receive parts (overlap hooks), their rejections and the op cache) and nothing else: the
+// Python half (python/moe_ep) only turns torch tensors, numpy arrays and process groups into the
+// arguments below. An argument this layer cannot import is a rejected call (Op::reject), never
+// an error of this rank alone.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -267,13 +268,15 @@ void combine(const std::shared_ptr<Op>& op, py::object handle, py::object y, py:
 }
 
 // Decode mode (docs/decode-mode.md): the arguments of dispatch; outputs of fixed shapes, 3-D
-// slabs among them.
+// slabs among them. With return_recv_hook the views are filled by low_latency_dispatch_recv.
 py::tuple low_latency_dispatch(const std::shared_ptr<Op>& op, py::object x, py::object topk_idx,
                                py::object topk_weights, py::object x_scales, uintptr_t stream,
-                               bool raw_bits) {
+                               bool raw_bits, bool return_recv_hook) {
   ImportScope scope;
-  const DispatchArgs args = import_dispatch_args(*op, CallKind::kLowLatencyDispatch, scope, x,
-                                                 topk_idx, topk_weights, x_scales, stream);
+  const LowLatencyDispatchArgs args(
+      import_dispatch_args(*op, CallKind::kLowLatencyDispatch, scope, x, topk_idx, topk_weights,
+                           x_scales, stream),
+      return_recv_hook);
   LowLatencyDispatchResult r;
   {
     py::gil_scoped_release release;
@@ -291,8 +294,10 @@ py::tuple low_latency_dispatch(const std::shared_ptr<Op>& op, py::object x, py::
   return py::make_tuple(recv, r.handle);
 }
 
+// With return_recv_hook only the partial sums are sent; low_latency_combine_recv writes `out`,
+// which the Python layer keeps alive until then.
 void low_latency_combine(const std::shared_ptr<Op>& op, py::object handle, py::object y,
-                         py::object out, uintptr_t stream) {
+                         py::object out, uintptr_t stream, bool return_recv_hook) {
   ImportScope scope;
   LowLatencyHandle h;
   TensorView y_view, out_view;
@@ -310,9 +315,31 @@ void low_latency_combine(const std::shared_ptr<Op>& op, py::object handle, py::o
   }
   {
     py::gil_scoped_release release;
-    op->low_latency_combine(y_view, h, out_view, as_stream(stream));
+    op->low_latency_combine(y_view, h, out_view, as_stream(stream), return_recv_hook);
   }
   scope.commit();
+}
+
+// The receive part of a decode call made with return_recv_hook (overlap hooks). It has no step
+// of its own: a handle that is not a LowLatencyHandle is refused on this rank alone, as the op
+// refuses a receive call that matches no pending receive (every rank makes the same mistake).
+void low_latency_recv(const std::shared_ptr<Op>& op, CallKind kind, py::object handle,
+                      uintptr_t stream) {
+  const bool dispatch = kind == CallKind::kLowLatencyDispatch;
+  const char* call = dispatch ? "low_latency_dispatch_recv" : "low_latency_combine_recv";
+  if (!py::isinstance<LowLatencyHandle>(handle)) {
+    throw InvalidArgument(std::string(call) +
+                          ": handle: expected the moe_ep.LowLatencyHandle of the call made with "
+                          "return_recv_hook=True, got " +
+                          std::string(py::str(py::type::handle_of(handle).attr("__name__"))));
+  }
+  const LowLatencyHandle h = handle.cast<LowLatencyHandle>();
+  py::gil_scoped_release release;  // collective: the other ranks may be threads of ours
+  if (dispatch) {
+    op->low_latency_dispatch_recv(h, as_stream(stream));
+  } else {
+    op->low_latency_combine_recv(h, as_stream(stream));
+  }
 }
 
 // The reference Python holds to an op (its wrapper, and every output buffer through it). When
@@ -474,9 +501,21 @@ PYBIND11_MODULE(_C, m) {
            py::arg("stream") = 0)
       .def("low_latency_dispatch", &low_latency_dispatch, py::arg("x"), py::arg("topk_idx"),
            py::arg("topk_weights"), py::arg("x_scales") = py::none(), py::arg("stream") = 0,
-           py::arg("raw_bits") = false)
+           py::arg("raw_bits") = false, py::arg("return_recv_hook") = false)
       .def("low_latency_combine", &low_latency_combine, py::arg("handle"), py::arg("y"),
-           py::arg("out"), py::arg("stream") = 0)
+           py::arg("out"), py::arg("stream") = 0, py::arg("return_recv_hook") = false)
+      .def(
+          "low_latency_dispatch_recv",
+          [](const std::shared_ptr<Op>& op, py::object handle, uintptr_t stream) {
+            low_latency_recv(op, CallKind::kLowLatencyDispatch, handle, stream);
+          },
+          py::arg("handle"), py::arg("stream") = 0)
+      .def(
+          "low_latency_combine_recv",
+          [](const std::shared_ptr<Op>& op, py::object handle, uintptr_t stream) {
+            low_latency_recv(op, CallKind::kLowLatencyCombine, handle, stream);
+          },
+          py::arg("handle"), py::arg("stream") = 0)
       .def(
           "reject",
           [](Op& op, const std::string& kind, const std::string& reason, uintptr_t stream) {

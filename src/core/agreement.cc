@@ -47,14 +47,17 @@ void settle_step(int rank, const StepVerdict& mine, const std::vector<RankVerdic
         describe_call(v.kind, v.call),
         "; every rank must make the same calls in the same order (nothing was sent)"));
   }
-  if (!mine.error.empty()) {
-    throw InvalidArgument(detail::concat(to_string(mine.kind), ": ", mine.error));
-  }
+  if (!mine.error.empty()) throw_own_rejection(mine);
   for (const RankVerdict& other : others) {
     if (other.verdict.error.empty()) continue;
     throw InvalidArgument(detail::concat(to_string(mine.kind), " aborted: rank ", other.rank,
                                          " rejected its input: ", other.verdict.error));
   }
+}
+
+void throw_own_rejection(const StepVerdict& mine) {
+  throw_error(mine.usage_error ? ErrorCode::kInvalidUsage : ErrorCode::kInvalidArgument,
+              detail::concat(to_string(mine.kind), ": ", mine.error));
 }
 
 ConfigValues config_values(const OpConfig& c, int world_size) {

@@ -21,6 +21,9 @@ struct StepVerdict {
   // kinds count low-latency dispatches the same way, separately.
   uint64_t call = 0;
   std::string error;  // empty: this rank accepted its arguments; else why it rejected them
+  // The error says the call cannot be made now (a receive is pending), not that a value is bad:
+  // this rank raises it as InvalidUsage. Peers see a rejection like any other.
+  bool usage_error = false;
 };
 
 struct RankVerdict {
@@ -36,9 +39,14 @@ std::string describe_call(CallKind kind, uint64_t call);
 // Otherwise throws, in this order of precedence:
 //   InvalidUsage    ranks are in different calls ("rank 0 is in dispatch #7, rank 1 in combine
 //                   #6"): nothing is paired, the op stays usable;
-//   InvalidArgument this rank rejected its arguments (its own message), or another rank did
-//                   ("dispatch aborted: rank 1 rejected its input: <its message>").
+//   InvalidArgument this rank rejected its arguments (its own message; InvalidUsage when
+//                   mine.usage_error), or another rank did ("dispatch aborted: rank 1 rejected
+//                   its input: <its message>").
 void settle_step(int rank, const StepVerdict& mine, const std::vector<RankVerdict>& others);
+
+// Raises this rank's own rejection as settle_step does ("<kind>: <error>"), for the paths where
+// every rank rejects alike without exchanging verdicts.
+[[noreturn]] void throw_own_rejection(const StepVerdict& mine);
 
 // The fields that identify a configuration across ranks, in a fixed order, as int64 values
 // (a fingerprint that fits device memory as well as host memory).

@@ -74,7 +74,18 @@ LowLatencyDispatchResult Op::low_latency_dispatch(const LowLatencyDispatchArgs& 
 }
 
 void Op::low_latency_combine(const TensorView& /*y*/, const LowLatencyHandle& /*handle*/,
-                             const TensorView& /*out*/, void* /*stream*/) {
+                             const TensorView& /*out*/, void* /*stream*/,
+                             bool /*return_recv_hook*/) {
+  throw InvalidUsage(
+      detail::concat("decode mode is not implemented by the ", to_string(backend()), " backend"));
+}
+
+void Op::low_latency_dispatch_recv(const LowLatencyHandle& /*handle*/, void* /*stream*/) {
+  throw InvalidUsage(
+      detail::concat("decode mode is not implemented by the ", to_string(backend()), " backend"));
+}
+
+void Op::low_latency_combine_recv(const LowLatencyHandle& /*handle*/, void* /*stream*/) {
   throw InvalidUsage(
       detail::concat("decode mode is not implemented by the ", to_string(backend()), " backend"));
 }

@@ -2,14 +2,15 @@
 // #collective-calls-and-agreement): configuration and identity, the poisoned state and its one
 // path (the first poisoning error is kept; later calls raise "op unusable after: <it>"), the
 // guard that lets one thread at a time into the op, the identity of the next call, the handles
-// of the latest dispatch and of the latest low-latency dispatch, and the aliasing check of inputs
-// against the op's own buffers. A backend derives from it and adds how a step's verdicts travel
-// and how data moves.
+// of the latest dispatch and of the latest low-latency dispatch, the receive still owed by a
+// decode call made with an overlap hook, and the aliasing check of inputs against the op's own
+// buffers. A backend derives from it and adds how a step's verdicts travel and how data moves.
 #pragma once
 
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,7 @@ class OpBase : public Op {
   class CallScope {
    public:
     CallScope(OpBase& op, CallKind kind);
+    CallScope(OpBase& op, const char* call);  // e.g. "low_latency_dispatch_recv"
     ~CallScope();
     CallScope(const CallScope&) = delete;
     CallScope& operator=(const CallScope&) = delete;
@@ -76,6 +78,24 @@ class OpBase : public Op {
   // error left empty.
   StepVerdict next_step(CallKind kind) const;
 
+  // Overlap hooks (docs/decode-mode.md#overlap-hooks). The receive part still owed by the op's
+  // latest decode call made with return_recv_hook; an op holds at most one, because its staging
+  // and combine areas hold one call in flight.
+  struct PendingRecv {
+    CallKind kind = CallKind::kLowLatencyDispatch;  // the call whose receive part it is
+    LowLatencyHandle handle;                        // the low-latency dispatch it belongs to
+    TensorView out;                                 // combine: where the receive part writes
+  };
+  // Throws InvalidUsage naming the pending receive and the call that completes it while one is
+  // pending. Every collective call runs it among its argument checks, so that all ranks, which
+  // make the same calls, reject the call through the step's verdicts and nothing moves.
+  void check_nothing_pending() const;
+  // The receive calls, which have no step: checks on this rank alone (the misuse is the same on
+  // every rank) that the receive of `kind` is pending for `handle`, and takes it. Throws
+  // InvalidUsage when none or one of the other kind is pending, InvalidArgument for another
+  // handle, naming what was given and what is pending; the pending receive then stays.
+  PendingRecv take_pending(CallKind kind, const LowLatencyHandle& handle, const char* call);
+
   // Rejects (InvalidArgument) an input view that overlaps memory the op owns, naming it: an
   // output view of an earlier call passed back in would be overwritten while it is read.
   static void check_not_aliased(const char* name, const TensorView& view,
@@ -87,6 +107,7 @@ class OpBase : public Op {
   const uint64_t uid_;
   Handle latest_{};  // the latest successful dispatch; call_seq 0 before the first
   LowLatencyHandle latest_low_latency_{};  // the latest successful low-latency dispatch, likewise
+  std::optional<PendingRecv> pending_;     // set by a hooked send part, taken by its receive
 
  private:
   std::atomic<bool> in_call_{false};

@@ -149,6 +149,11 @@ void CpuOp::reject(CallKind kind, const std::string& reason, void* /*stream*/) {
   post.send_counts.assign(world_size_, 0);
   StepVerdict verdict = next_step(kind);
   verdict.error = reason.empty() ? std::string("rejected by the caller") : reason;
+  try {
+    check_nothing_pending();
+  } catch (const InvalidUsage& e) {
+    verdict.error += detail::concat("; also, ", e.what());
+  }
   publish_and_settle(verdict);  // throws: this rank rejected
   throw Internal("reject: the step settled although this rank rejected it");
 }

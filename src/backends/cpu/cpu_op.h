@@ -7,7 +7,9 @@
 //   2. sender role: store this rank's rows into the destination ranks' receive buffers;
 //      barrier "<call>/exchange": all stores are done (and inputs may be released);
 //   3. receiver role: finish the outputs from this rank's own buffers.
-// Timeouts and other failures after step 1 poison the op (errors.h, poisons_op).
+// Timeouts and other failures after step 1 poison the op (errors.h, poisons_op). A decode call
+// made with return_recv_hook stops after its sends (steps 1 and 2 up to the barrier); its
+// receive call passes "<call>/exchange" and does step 3 (docs/decode-mode.md#overlap-hooks).
 #pragma once
 
 #include <cstdint>
@@ -35,7 +37,10 @@ class CpuOp : public OpBase {
                void* stream = nullptr) override;
   LowLatencyDispatchResult low_latency_dispatch(const LowLatencyDispatchArgs& args) override;
   void low_latency_combine(const TensorView& y, const LowLatencyHandle& handle,
-                           const TensorView& out, void* stream = nullptr) override;
+                           const TensorView& out, void* stream = nullptr,
+                           bool return_recv_hook = false) override;
+  void low_latency_dispatch_recv(const LowLatencyHandle& handle, void* stream = nullptr) override;
+  void low_latency_combine_recv(const LowLatencyHandle& handle, void* stream = nullptr) override;
   void reject(CallKind kind, const std::string& reason, void* stream = nullptr) override;
 
  private:
@@ -65,7 +70,8 @@ class CpuOp : public OpBase {
 
   // Decode mode (low_latency.cc).
   void send_low_latency_tokens(const LowLatencyDispatchArgs& args, const SendPlan& plan);
-  LowLatencyDispatchResult receive_low_latency();
+  void receive_low_latency();
+  LowLatencyDispatchResult low_latency_views() const;  // of the slabs, for latest_low_latency_
   void check_low_latency_combine_args(const TensorView& y, const LowLatencyHandle& handle,
                                       const TensorView& out) const;
   void send_low_latency_partials(const TensorView& y);

@@ -54,6 +54,7 @@ DispatchResult CpuOp::dispatch(const DispatchArgs& args) {
   StepVerdict verdict = next_step(CallKind::kDispatch);
   SendPlan plan;
   try {
+    check_nothing_pending();
     int64_t num_tokens = 0;
     check_dispatch_args(args, &num_tokens);
     plan = plan_sends(shape_, args.topk_idx.ptr<int32_t>(), num_tokens);
@@ -61,6 +62,9 @@ DispatchResult CpuOp::dispatch(const DispatchArgs& args) {
     for (int dest = 0; dest < world_size_; ++dest) post.send_counts[dest] = plan.count(dest);
   } catch (const InvalidArgument& e) {
     verdict.error = e.what();
+  } catch (const InvalidUsage& e) {
+    verdict.error = e.what();
+    verdict.usage_error = true;
   }
   publish_and_settle(verdict);
 

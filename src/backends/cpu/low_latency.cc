@@ -10,6 +10,10 @@
 // w_k * y[e_k][row]) in fp32 (product, then add), and stores p, encoded in the combine wire
 // format, at row (this rank, t) of s's combine area; after "low_latency_combine/exchange" s sums
 // its rows by ascending rank exactly as in normal mode (receive_combine).
+// Overlap hooks (docs/decode-mode.md#overlap-hooks): with return_recv_hook a call returns once
+// its own sends are stored (the send part: agreement and sends), and low_latency_dispatch_recv /
+// low_latency_combine_recv do the rest (the receive part: the "<call>/exchange" barrier and the
+// receiver role). Between the two the op holds the pending receive and rejects every other call.
 #include <algorithm>
 #include <cstring>
 
@@ -32,6 +36,7 @@ LowLatencyDispatchResult CpuOp::low_latency_dispatch(const LowLatencyDispatchArg
   StepVerdict verdict = next_step(CallKind::kLowLatencyDispatch);
   SendPlan plan;
   try {
+    check_nothing_pending();
     int64_t num_tokens = 0;
     check_low_latency_enabled(config_);
     check_dispatch_args(args, &num_tokens);
@@ -39,19 +44,42 @@ LowLatencyDispatchResult CpuOp::low_latency_dispatch(const LowLatencyDispatchArg
     post.num_tokens = num_tokens;
   } catch (const InvalidArgument& e) {
     verdict.error = e.what();
+  } catch (const InvalidUsage& e) {
+    verdict.error = e.what();
+    verdict.usage_error = true;
   }
   publish_and_settle(verdict);
 
-  LowLatencyDispatchResult result;
   guarded([&] {
     const int64_t num_tokens = post_of(rank_).num_tokens;
     send_low_latency_tokens(args, plan);
-    sync("low_latency_dispatch/exchange");  // every staging row has landed; inputs may go
+    // The call is made on every rank from here: its handle is the latest, whether or not the
+    // receive part is deferred.
     low_latency_plan_ = std::move(plan);
     latest_low_latency_ = LowLatencyHandle{uid_, verdict.call, num_tokens};
-    result = receive_low_latency();
+    if (args.return_recv_hook) return;
+    sync("low_latency_dispatch/exchange");  // every staging row has landed; inputs may go
+    receive_low_latency();
   });
+  LowLatencyDispatchResult result = low_latency_views();
+  if (args.return_recv_hook) {
+    pending_ = PendingRecv{CallKind::kLowLatencyDispatch, latest_low_latency_, {}};
+    result.recv_pending = true;
+  }
   return result;
+}
+
+void CpuOp::low_latency_dispatch_recv(const LowLatencyHandle& handle, void* /*stream*/) {
+  const char* call = "low_latency_dispatch_recv";
+  CallScope scope(*this, call);
+  check_usable();
+  // No step of its own: the send part agreed on the call, and a misuse here is the same on
+  // every rank, so each rank rejects it alone (take_pending) without waiting for the others.
+  take_pending(CallKind::kLowLatencyDispatch, handle, call);
+  guarded([&] {
+    sync("low_latency_dispatch/exchange");  // every staging row has landed
+    receive_low_latency();
+  });
 }
 
 // Sender role: token t goes once to each destination rank that owns one of its experts, at the
@@ -96,7 +124,7 @@ void CpuOp::send_low_latency_tokens(const LowLatencyDispatchArgs& args, const Se
 // Receiver role: every source's staging rows are in place. Expanding them source by source, row
 // by row (tokens ascending) appends to each slab in canonical order. A token naming a local
 // expert in two slots gets one row there, attributed to the first slot.
-LowLatencyDispatchResult CpuOp::receive_low_latency() {
+void CpuOp::receive_low_latency() {
   RankBuffers& mine = shared_->buffers[rank_];
   const int k = config_.topk;
   const int64_t max_tokens = config_.max_tokens_per_rank;
@@ -150,7 +178,11 @@ LowLatencyDispatchResult CpuOp::receive_low_latency() {
       }
     }
   }
+}
 
+// The slabs' views: fixed memory, filled by receive_low_latency.
+LowLatencyDispatchResult CpuOp::low_latency_views() const {
+  const RankBuffers& mine = shared_->buffers[rank_];
   LowLatencyRecvBuffers buffers;
   buffers.payload = mine.slab_payload.data();
   buffers.scales = mine.slab_scales.data();
@@ -170,7 +202,7 @@ void CpuOp::check_low_latency_combine_args(const TensorView& y, const LowLatency
 }
 
 void CpuOp::low_latency_combine(const TensorView& y, const LowLatencyHandle& handle,
-                                const TensorView& out, void* /*stream*/) {
+                                const TensorView& out, void* /*stream*/, bool return_recv_hook) {
   CallScope scope(*this, CallKind::kLowLatencyCombine);
   check_usable();
   RankPost& post = my_post();
@@ -178,15 +210,33 @@ void CpuOp::low_latency_combine(const TensorView& y, const LowLatencyHandle& han
   post.send_counts.assign(world_size_, 0);
   StepVerdict verdict = next_step(CallKind::kLowLatencyCombine);
   try {
+    check_nothing_pending();
     check_low_latency_combine_args(y, handle, out);
   } catch (const InvalidArgument& e) {
     verdict.error = e.what();
+  } catch (const InvalidUsage& e) {
+    verdict.error = e.what();
+    verdict.usage_error = true;
   }
   publish_and_settle(verdict);
   guarded([&] {
     send_low_latency_partials(y);
+    if (return_recv_hook) return;
     sync("low_latency_combine/exchange");  // every partial result has landed
     receive_combine(low_latency_plan_, latest_low_latency_.num_tokens, out);
+  });
+  if (return_recv_hook) pending_ = PendingRecv{CallKind::kLowLatencyCombine, handle, out};
+}
+
+void CpuOp::low_latency_combine_recv(const LowLatencyHandle& handle, void* /*stream*/) {
+  const char* call = "low_latency_combine_recv";
+  CallScope scope(*this, call);
+  check_usable();
+  // No step of its own, as low_latency_dispatch_recv.
+  const PendingRecv pending = take_pending(CallKind::kLowLatencyCombine, handle, call);
+  guarded([&] {
+    sync("low_latency_combine/exchange");  // every partial result has landed
+    receive_combine(low_latency_plan_, latest_low_latency_.num_tokens, pending.out);
   });
 }
 

@@ -136,6 +136,7 @@ DispatchResult CudaOp::dispatch(const DispatchArgs& args) {
   bool prequantized = false;
   int64_t num_tokens = 0;
   try {
+    check_nothing_pending();
     num_tokens = check_dispatch_args(config_, args, {DeviceType::kCuda, device_}, &prequantized);
     const std::vector<MemoryRange> owned = owned_memory();
     check_not_aliased("x", args.x, owned);
@@ -144,6 +145,9 @@ DispatchResult CudaOp::dispatch(const DispatchArgs& args) {
     check_not_aliased("topk_weights", args.topk_weights, owned);
   } catch (const InvalidArgument& e) {
     verdict.error = e.what();
+  } catch (const InvalidUsage& e) {
+    verdict.error = e.what();
+    verdict.usage_error = true;
   }
   const bool accepted = verdict.error.empty();
   auto stream = static_cast<cudaStream_t>(args.stream);
@@ -234,12 +238,16 @@ void CudaOp::combine(const Handle& handle, const TensorView& y, const TensorView
   raise_device_error("combine");
   StepVerdict verdict = next_step(CallKind::kCombine);
   try {
+    check_nothing_pending();
     check_combine_args(config_, latest_, handle, y, out, {DeviceType::kCuda, device_});
     MOE_EP_CHECK_ARG(!combined_, "handle of dispatch call ", handle.call_seq,
                      " was already combined: the CUDA backend combines each dispatch once");
     check_not_aliased("out", out, owned_memory());
   } catch (const InvalidArgument& e) {
     verdict.error = e.what();
+  } catch (const InvalidUsage& e) {
+    verdict.error = e.what();
+    verdict.usage_error = true;
   }
   const bool accepted = verdict.error.empty();
   auto stream = static_cast<cudaStream_t>(stream_arg);
@@ -277,6 +285,11 @@ void CudaOp::reject(CallKind kind, const std::string& reason, void* stream_arg) 
   raise_device_error(to_string(kind));
   StepVerdict verdict = next_step(kind);
   verdict.error = reason.empty() ? std::string("rejected by the caller") : reason;
+  try {
+    check_nothing_pending();
+  } catch (const InvalidUsage& e) {
+    verdict.error += detail::concat("; also, ", e.what());
+  }
   auto stream = static_cast<cudaStream_t>(stream_arg);
   const bool decode = kind == CallKind::kLowLatencyDispatch || kind == CallKind::kLowLatencyCombine;
   // Without decode buffers every rank rejects a decode call alike, so there is nothing to agree.

@@ -35,10 +35,14 @@ class CudaOp final : public OpBase {
                void* stream) override;
   void synchronize(void* stream) override;
   void reject(CallKind kind, const std::string& reason, void* stream) override;
-  // Decode mode (low_latency_op.cc): asynchronous, capturable in a CUDA graph.
+  // Decode mode (low_latency_op.cc): asynchronous, capturable in a CUDA graph, with or without
+  // overlap hooks (the receive parts launch the kernels that wait for the peers' stores).
   LowLatencyDispatchResult low_latency_dispatch(const LowLatencyDispatchArgs& args) override;
   void low_latency_combine(const TensorView& y, const LowLatencyHandle& handle,
-                           const TensorView& out, void* stream) override;
+                           const TensorView& out, void* stream,
+                           bool return_recv_hook = false) override;
+  void low_latency_dispatch_recv(const LowLatencyHandle& handle, void* stream) override;
+  void low_latency_combine_recv(const LowLatencyHandle& handle, void* stream) override;
 
  private:
   // Mapped host memory shared with the kernels.
@@ -63,7 +67,9 @@ class CudaOp final : public OpBase {
   // Raises what the device reported for the call that ended (or an earlier asynchronous one):
   // calls out of step (InvalidUsage), this rank's own rejection, a peer's rejection
   // (InvalidArgument; the op stays usable), or a timeout (poisons). `mine` is this rank's
-  // verdict of that call, when it is the current one.
+  // verdict of that call, when it is the current one. An earlier call raised here did not run:
+  // a low-latency dispatch's handle is no longer the latest, and a receive it left pending
+  // (overlap hooks) is dropped.
   void raise_device_error(const char* call, const StepVerdict* mine = nullptr);
   std::string describe_record(const DeviceError& e) const;
   std::vector<MemoryRange> owned_memory() const;
@@ -88,6 +94,9 @@ class CudaOp final : public OpBase {
   bool combined_ = false;                     // the latest dispatch was combined
   CallKind last_kind_ = CallKind::kDispatch;  // of the latest call queued
   StepVerdict last_verdict_;                  // of the latest call queued
+  // latest_low_latency_ before the latest low-latency dispatch queued, restored when a peer's
+  // rejection of that dispatch is raised later (the device did not count it).
+  LowLatencyHandle previous_low_latency_{};
   // Decode mode, allocated only with OpConfig::low_latency.
   DeviceArray<LowLatencyState> ll_state_;  // [1]
   DeviceArray<unsigned int> ll_tickets_;   // [5]

@@ -101,7 +101,22 @@ void CudaOp::raise_device_error(const char* call, const StepVerdict* mine) {
   StepVerdict settled = verdict;
   const bool scan_rejected = e.code != kDevOk && e.code != kDevStepFailed;
   if (scan_rejected && settled.error.empty()) settled.error = describe_record(e);
-  settle_step(rank_, settled, others);
+  try {
+    settle_step(rank_, settled, others);
+  } catch (const Error&) {
+    if (mine == nullptr) {
+      // The latest call queued, which this rank accepted, did not run on the device: its step
+      // failed or its data scan rejected it. A low-latency dispatch then never became the latest
+      // (the device did not count it), and a receive it left pending has nothing to receive:
+      // while one is pending, every other call with a step is rejected and raised at once, so
+      // the error is the send part's.
+      if (verdict.kind == CallKind::kLowLatencyDispatch && verdict.error.empty()) {
+        latest_low_latency_ = previous_low_latency_;
+      }
+      pending_.reset();
+    }
+    throw;
+  }
   // Nothing left to raise: a stale report of an earlier step.
 }
 

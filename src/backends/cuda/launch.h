@@ -143,6 +143,18 @@ struct LowLatencyState {
   uint64_t step;            // the decode step of the call in flight (set by its step kernel)
   uint64_t dispatch_calls;  // low-latency dispatches that ran
   uint64_t dispatch_step;   // the step of the latest one
+  // The step of the latest low-latency combine that ran. A deferred receive part (overlap hooks)
+  // reads its call's step from here and from dispatch_step, not from `step`: a call rejected
+  // while the receive is pending still takes a step on every rank.
+  uint64_t combine_step;
+};
+
+// What one launch of the decode combine kernel does: all of it, or, with overlap hooks, the
+// sends of the expert side (the send part) or the token-side sum (the receive part).
+enum LlCombinePhase : int32_t {
+  kLlCombineAll = 0,
+  kLlCombineSend = 1,
+  kLlCombineReceive = 2,
 };
 
 struct LowLatencyParams {
@@ -170,8 +182,9 @@ struct LowLatencyParams {
   int32_t* src_token;         // [E/W, W*Tmax]
   int32_t* src_slot;          // [E/W, W*Tmax]
   // combine
-  const uint16_t* y;      // [E/W, W*Tmax, H] bf16
-  uint16_t* out;          // [T, H] bf16
+  const uint16_t* y;      // [E/W, W*Tmax, H] bf16 (not read by kLlCombineReceive)
+  uint16_t* out;          // [T, H] bf16 (not written by kLlCombineSend)
+  int32_t combine_phase;  // LlCombinePhase
   unsigned int* tickets;  // [5]: expand tickets [2], combine tickets [2], send block counter
   uint64_t timeout_ns;
   ErrorSink err;
@@ -188,7 +201,14 @@ cudaError_t launch_combine(CombineDtype dtype, const CombineParams& p, int num_b
                            cudaStream_t stream);
 cudaError_t launch_create_rendezvous(const CreateParams& p, cudaStream_t stream);
 // Decode mode: the step kernel, then send + expand (dispatch) or combine, all inside the budget.
+// With overlap hooks the dispatch's send part launches the send kernel and its receive part the
+// expand kernel (launch_ll_dispatch is both); the combine's parts launch the combine kernel with
+// p.combine_phase kLlCombineSend and kLlCombineReceive.
 cudaError_t launch_ll_step(const LowLatencyParams& p, cudaStream_t stream);
+cudaError_t launch_ll_send(DispatchDtype dtype, bool prequantized, const LowLatencyParams& p,
+                           int num_blocks, cudaStream_t stream);
+cudaError_t launch_ll_expand(DispatchDtype dtype, const LowLatencyParams& p, int num_blocks,
+                             cudaStream_t stream);
 cudaError_t launch_ll_dispatch(DispatchDtype dtype, bool prequantized, const LowLatencyParams& p,
                                int num_blocks, cudaStream_t stream);
 cudaError_t launch_ll_combine(CombineDtype dtype, const LowLatencyParams& p, int num_blocks,

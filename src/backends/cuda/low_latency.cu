@@ -10,8 +10,8 @@ cudaError_t launch_ll_step(const LowLatencyParams& p, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-cudaError_t launch_ll_dispatch(DispatchDtype dtype, bool prequantized, const LowLatencyParams& p,
-                               int num_blocks, cudaStream_t stream) {
+cudaError_t launch_ll_send(DispatchDtype dtype, bool prequantized, const LowLatencyParams& p,
+                           int num_blocks, cudaStream_t stream) {
   return formats::visit_format(dtype, [&](auto format) {
     using F = decltype(format);
     if (prequantized) {
@@ -19,13 +19,26 @@ cudaError_t launch_ll_dispatch(DispatchDtype dtype, bool prequantized, const Low
     } else {
       ll_send_kernel<F, false><<<num_blocks, Policy::kDataThreads, 0, stream>>>(p);
     }
-    cudaError_t status = cudaGetLastError();
-    if (status != cudaSuccess) return status;
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t launch_ll_expand(DispatchDtype dtype, const LowLatencyParams& p, int num_blocks,
+                             cudaStream_t stream) {
+  return formats::visit_format(dtype, [&](auto format) {
+    using F = decltype(format);
     // One block per local expert at most; fewer take several experts each.
     const int expand_blocks = std::clamp(p.info.experts_per_rank, 1, num_blocks);
     ll_expand_kernel<F><<<expand_blocks, Policy::kDataThreads, 0, stream>>>(p);
     return cudaGetLastError();
   });
+}
+
+cudaError_t launch_ll_dispatch(DispatchDtype dtype, bool prequantized, const LowLatencyParams& p,
+                               int num_blocks, cudaStream_t stream) {
+  const cudaError_t status = launch_ll_send(dtype, prequantized, p, num_blocks, stream);
+  if (status != cudaSuccess) return status;
+  return launch_ll_expand(dtype, p, num_blocks, stream);
 }
 
 cudaError_t launch_ll_combine(CombineDtype dtype, const LowLatencyParams& p, int num_blocks,

@@ -20,6 +20,12 @@
 //               token) of the source with a ready flag; items after that are this rank's own
 //               tokens, reduced exactly as in normal mode. Sends are ticketed before any reduce,
 //               so the kernel finishes with any resident subset of its blocks.
+// Overlap hooks (docs/decode-mode.md#overlap-hooks): a dispatch's send part is the step kernel and
+// ll_send, its receive part ll_expand; a combine's send part is the step kernel and ll_combine
+// launched for the sends only (kLlCombineSend), its receive part ll_combine for this rank's own
+// tokens only (kLlCombineReceive). The later kernels of a call find its step in dispatch_step or
+// combine_step, which only a call that ran sets, so a call rejected in between (it takes a step
+// on every rank) leaves the deferred part its own step.
 #pragma once
 
 #include <cub/block/block_scan.cuh>
@@ -58,8 +64,9 @@ __global__ void ll_step_kernel(LowLatencyParams p) {
                      votes.rejected_by == info.world_size;
     if (ran && dispatch) {
       state->dispatch_calls = call;
-      state->dispatch_step = step;  // the combine finds this dispatch's rows by it
+      state->dispatch_step = step;  // the expand and the combine find this dispatch's rows by it
     }
+    if (ran && !dispatch) state->combine_step = step;  // the tag of this combine's rows
   }
   settle_step_votes(info, p.peers, p.layout, step, peer_info, p.outcome, p.err, votes);
 }
@@ -83,7 +90,9 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
   if (block_sees_error(p.err)) return;
   const WarpCoord c = warp_coord();
   const RankInfo& info = p.info;
-  const uint64_t step = p.state->step;
+  // This dispatch's step: the step kernel just before set it (the call ran, or the error flag
+  // stopped this kernel above).
+  const uint64_t step = p.state->dispatch_step;
   const int64_t slices =
       kPrequantized ? 1
                     : (info.hidden + Policy::kDispatchSliceElems - 1) / Policy::kDispatchSliceElems;
@@ -186,7 +195,9 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
   __shared__ unsigned int ticket;
   if (block_sees_error(p.err)) return;
   const RankInfo& info = p.info;
-  const uint64_t step = p.state->step;
+  // The step of the dispatch being received; with overlap hooks, calls rejected since its send
+  // part have taken later steps.
+  const uint64_t step = p.state->dispatch_step;
   if (!ll_wait_sources(p, step, tokens)) return;
   const char* self = p.peers.base[info.rank];
   const int k_slots = info.topk;
@@ -283,18 +294,23 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
   if (block_sees_error(p.err)) return;
   const WarpCoord c = warp_coord();
   const RankInfo& info = p.info;
-  const uint64_t tag = kDecodeTag | p.state->step;
+  // This combine's step (combine_step, as the expand's dispatch_step) tags its rows' flags.
+  const uint64_t tag = kDecodeTag | p.state->combine_step;
   const char* self = p.peers.base[info.rank];
   const int hidden = info.hidden;
   const int k_slots = info.topk;
   const int64_t candidates = static_cast<int64_t>(info.world_size) * info.max_tokens;
-  const int64_t total = candidates + p.num_tokens;
+  // This launch's items: the sends [0, candidates) and the reduces [candidates, + T), or one of
+  // the two ranges. Every launch counts its tickets from 0 and its last warp resets them, so the
+  // two parts of a hooked combine, one after the other on the op's order, each start from 0.
+  const int64_t first = p.combine_phase == kLlCombineReceive ? candidates : 0;
+  const int64_t end = p.combine_phase == kLlCombineSend ? candidates : candidates + p.num_tokens;
   // The step of the dispatch whose rows these are: its flags say which tokens came here.
   const uint64_t dispatch_step = p.state->dispatch_step;
   const ReduceArgs reduce{self, p.layout, hidden, info.rank, p.out, tag, p.timeout_ns, p.err};
   while (true) {
-    const int64_t item = take_ticket(&p.tickets[2], c.lane);
-    if (item >= total) break;
+    const int64_t item = first + take_ticket(&p.tickets[2], c.lane);
+    if (item >= end) break;
     if (item < candidates) {
       const int s = static_cast<int>(item / info.max_tokens);
       const int64_t t = item - static_cast<int64_t>(s) * info.max_tokens;
@@ -332,9 +348,17 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
       if (!reduce_combine_token<F>(reduce, t, p.token_mask[t], c.lane)) break;
     }
   }
-  if (c.lane == 0 && atomicAdd(&p.tickets[3], 1u) == static_cast<unsigned int>(c.num_warps) - 1) {
-    p.tickets[2] = 0;
-    p.tickets[3] = 0;
+  // The last warp out resets the tickets for the next launch, which the op's order (stream or
+  // graph) starts only after this one: the two parts of a hooked combine each count from 0. The
+  // fences make every warp's last take of tickets[2] precede its count in tickets[3], and the
+  // last warp's reset follow every count it saw, so no take lands after the reset.
+  if (c.lane == 0) {
+    __threadfence();
+    if (atomicAdd(&p.tickets[3], 1u) == static_cast<unsigned int>(c.num_warps) - 1) {
+      __threadfence();
+      p.tickets[2] = 0;
+      p.tickets[3] = 0;
+    }
   }
 }
 

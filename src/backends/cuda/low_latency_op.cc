@@ -6,6 +6,10 @@
 // event (the graph's own order does). A rank whose host checks reject a call still launches the
 // decode step kernel with its verdict, outside a capture, and raises once it ran; a peer's
 // rejection and every device error are raised at the op's next call or synchronize().
+// Overlap hooks (docs/decode-mode.md#overlap-hooks): a call made with return_recv_hook queues its
+// send part (step and sends) and leaves its receive part pending on the host; the receive call
+// queues the kernels that wait for the peers' stores, on its own stream behind the op's previous
+// call like any call, so a hooked round can be captured too.
 #include <cstring>
 
 #include "backends/cuda/cuda_check.h"
@@ -69,6 +73,7 @@ LowLatencyDispatchResult CudaOp::low_latency_dispatch(const LowLatencyDispatchAr
   bool prequantized = false;
   int64_t num_tokens = 0;
   try {
+    check_nothing_pending();
     check_low_latency_enabled(config_);
     num_tokens = check_dispatch_args(config_, args, {DeviceType::kCuda, device_}, &prequantized);
     const std::vector<MemoryRange> owned = owned_memory();
@@ -77,6 +82,9 @@ LowLatencyDispatchResult CudaOp::low_latency_dispatch(const LowLatencyDispatchAr
     check_not_aliased("topk_weights", args.topk_weights, owned);
   } catch (const InvalidArgument& e) {
     verdict.error = e.what();
+  } catch (const InvalidUsage& e) {
+    verdict.error = e.what();
+    verdict.usage_error = true;
   }
   const bool accepted = verdict.error.empty();
   auto stream = static_cast<cudaStream_t>(args.stream);
@@ -84,7 +92,7 @@ LowLatencyDispatchResult CudaOp::low_latency_dispatch(const LowLatencyDispatchAr
   if (!accepted && (in_graph || !config_.low_latency)) {
     // Nothing to agree on inside a capture (a rejected call cannot be part of the graph), and an
     // op without decode buffers has no decode step words: every rank rejects alike.
-    throw InvalidArgument(detail::concat("low_latency_dispatch: ", verdict.error));
+    throw_own_rejection(verdict);
   }
   try {
     if (have_call_ && !in_graph)
@@ -114,8 +122,11 @@ LowLatencyDispatchResult CudaOp::low_latency_dispatch(const LowLatencyDispatchAr
       p.topk_idx = args.topk_idx.ptr<int32_t>();
       p.topk_weights = args.topk_weights.ptr<float>();
       p.num_tokens = static_cast<int32_t>(num_tokens);
+      // With the hook, the expand (which waits for every source) is the receive part's.
       MOE_EP_CUDA_CHECK(
-          launch_ll_dispatch(config_.dispatch_dtype, prequantized, p, data_blocks_, stream));
+          args.return_recv_hook
+              ? launch_ll_send(config_.dispatch_dtype, prequantized, p, data_blocks_, stream)
+              : launch_ll_dispatch(config_.dispatch_dtype, prequantized, p, data_blocks_, stream));
     }
     if (!in_graph) end_call(stream);
     if (!accepted) MOE_EP_CUDA_CHECK(cudaEventSynchronize(call_done_.get()));
@@ -123,30 +134,65 @@ LowLatencyDispatchResult CudaOp::low_latency_dispatch(const LowLatencyDispatchAr
     poison_and_throw(e);
   }
   if (!accepted) raise_device_error("low_latency_dispatch", &verdict);
+  previous_low_latency_ = latest_low_latency_;
   latest_low_latency_ = LowLatencyHandle{uid_, verdict.call, num_tokens};
-  return ll_result();
+  LowLatencyDispatchResult result = ll_result();
+  if (args.return_recv_hook) {
+    pending_ = PendingRecv{CallKind::kLowLatencyDispatch, latest_low_latency_, {}};
+    result.recv_pending = true;
+  }
+  return result;
+}
+
+void CudaOp::low_latency_dispatch_recv(const LowLatencyHandle& handle, void* stream_arg) {
+  const char* call = "low_latency_dispatch_recv";
+  CallScope scope(*this, call);
+  check_usable();
+  DeviceGuard guard(device_);
+  // A failure of the send part that the device has reported by now (a peer rejected the call)
+  // is raised here and drops the pending receive; one reported later is raised at the next call.
+  raise_device_error(call);
+  // No step of its own: the send part agreed on the call, and a misuse here is the same on
+  // every rank, so each rank rejects it alone without waiting for the others.
+  take_pending(CallKind::kLowLatencyDispatch, handle, call);
+  auto stream = static_cast<cudaStream_t>(stream_arg);
+  const bool in_graph = capturing(stream);
+  try {
+    if (have_call_ && !in_graph)
+      MOE_EP_CUDA_CHECK(cudaStreamWaitEvent(stream, call_done_.get(), 0));
+    // The expand of the send part's dispatch: it waits for every source's done word of that
+    // dispatch's step (LowLatencyState::dispatch_step) and fills the slabs.
+    MOE_EP_CUDA_CHECK(launch_ll_expand(config_.dispatch_dtype,
+                                       ll_params(CallKind::kLowLatencyDispatch, false),
+                                       data_blocks_, stream));
+    if (!in_graph) end_call(stream);
+  } catch (const CudaError& e) {
+    poison_and_throw(e);
+  }
 }
 
 void CudaOp::low_latency_combine(const TensorView& y, const LowLatencyHandle& handle,
-                                 const TensorView& out, void* stream_arg) {
+                                 const TensorView& out, void* stream_arg, bool return_recv_hook) {
   CallScope scope(*this, CallKind::kLowLatencyCombine);
   check_usable();
   DeviceGuard guard(device_);
   raise_device_error("low_latency_combine");
   StepVerdict verdict = next_step(CallKind::kLowLatencyCombine);
   try {
+    check_nothing_pending();
     check_low_latency_combine_args(config_, world_size_, latest_low_latency_, handle, y, out,
                                    {DeviceType::kCuda, device_});
     check_not_aliased("out", out, owned_memory());
   } catch (const InvalidArgument& e) {
     verdict.error = e.what();
+  } catch (const InvalidUsage& e) {
+    verdict.error = e.what();
+    verdict.usage_error = true;
   }
   const bool accepted = verdict.error.empty();
   auto stream = static_cast<cudaStream_t>(stream_arg);
   const bool in_graph = capturing(stream);
-  if (!accepted && (in_graph || !config_.low_latency)) {
-    throw InvalidArgument(detail::concat("low_latency_combine: ", verdict.error));
-  }
+  if (!accepted && (in_graph || !config_.low_latency)) throw_own_rejection(verdict);
   try {
     if (have_call_ && !in_graph)
       MOE_EP_CUDA_CHECK(cudaStreamWaitEvent(stream, call_done_.get(), 0));
@@ -163,6 +209,9 @@ void CudaOp::low_latency_combine(const TensorView& y, const LowLatencyHandle& ha
     if (accepted) {
       p.y = y.ptr<uint16_t>();
       p.out = out.ptr<uint16_t>();
+      // With the hook, the token-side sum (which waits for the peers' rows) is the receive
+      // part's.
+      p.combine_phase = return_recv_hook ? kLlCombineSend : kLlCombineAll;
       MOE_EP_CUDA_CHECK(launch_ll_combine(config_.combine_dtype, p, data_blocks_, stream));
     }
     if (!in_graph) end_call(stream);
@@ -171,6 +220,33 @@ void CudaOp::low_latency_combine(const TensorView& y, const LowLatencyHandle& ha
     poison_and_throw(e);
   }
   if (!accepted) raise_device_error("low_latency_combine", &verdict);
+  if (accepted && return_recv_hook) {
+    pending_ = PendingRecv{CallKind::kLowLatencyCombine, handle, out};
+  }
+}
+
+void CudaOp::low_latency_combine_recv(const LowLatencyHandle& handle, void* stream_arg) {
+  const char* call = "low_latency_combine_recv";
+  CallScope scope(*this, call);
+  check_usable();
+  DeviceGuard guard(device_);
+  raise_device_error(call);  // as in low_latency_dispatch_recv
+  const PendingRecv pending = take_pending(CallKind::kLowLatencyCombine, handle, call);
+  auto stream = static_cast<cudaStream_t>(stream_arg);
+  const bool in_graph = capturing(stream);
+  try {
+    if (have_call_ && !in_graph)
+      MOE_EP_CUDA_CHECK(cudaStreamWaitEvent(stream, call_done_.get(), 0));
+    // The sum of this rank's own tokens into the send part's out: it waits for the flags of the
+    // send part's combine step (LowLatencyState::combine_step).
+    LowLatencyParams p = ll_params(CallKind::kLowLatencyCombine, false);
+    p.out = pending.out.ptr<uint16_t>();
+    p.combine_phase = kLlCombineReceive;
+    MOE_EP_CUDA_CHECK(launch_ll_combine(config_.combine_dtype, p, data_blocks_, stream));
+    if (!in_graph) end_call(stream);
+  } catch (const CudaError& e) {
+    poison_and_throw(e);
+  }
 }
 
 }  // namespace moe_ep::cuda_backend
