@@ -76,7 +76,7 @@ std::vector<RankOutcome> bad_dispatch(int world_size, int bad_rank, EditInput ed
   std::vector<RankOutcome> outcomes(world_size);
   auto comms = make_single_gpu_world(world_size);
   testing::run_world(comms, [&](int rank, const std::shared_ptr<Communicator>& comm) {
-    auto op = create_op(comm, c);
+    auto op = testing::kept_op(comm, c);
     TestStream stream;
     RankInput in = first[rank];
     if (rank == bad_rank) edit_input(in);
@@ -124,7 +124,7 @@ TEST_F(GpuAgreement, CallsOutOfStepFailBothSidesAndPairNothing) {
   std::vector<RankOutcome> skewed(world_size);
   auto comms = make_single_gpu_world(world_size);
   testing::run_world(comms, [&](int rank, const std::shared_ptr<Communicator>& comm) {
-    auto op = create_op(comm, c);
+    auto op = testing::kept_op(comm, c);
     TestStream stream;
     testing::DeviceInput input(first[rank], 0);
     DispatchArgs args = input.view;
@@ -162,7 +162,7 @@ TEST_F(GpuAgreement, RejectedCombineIsRaisedOnThePeerAndTheDispatchStaysCombinab
   std::vector<RankOutcome> first(world_size), raised(world_size);
   auto comms = make_single_gpu_world(world_size);
   testing::run_world(comms, [&](int rank, const std::shared_ptr<Communicator>& comm) {
-    auto op = create_op(comm, c);
+    auto op = testing::kept_op(comm, c);
     TestStream stream;
     RoundResult& res = round[0];
     testing::DeviceInput input(res.inputs[rank], 0);
@@ -210,7 +210,7 @@ TEST_F(GpuAgreement, RejectFromAnUpperLayerFailsEveryRank) {
   const auto inputs = inputs_for(c, world_size, 7);
   auto comms = make_single_gpu_world(world_size);
   testing::run_world(comms, [&](int rank, const std::shared_ptr<Communicator>& comm) {
-    auto op = create_op(comm, c);
+    auto op = testing::kept_op(comm, c);
     TestStream stream;
     testing::DeviceInput input(inputs[rank], 0);
     DispatchArgs args = input.view;
@@ -246,7 +246,7 @@ TEST_F(GpuAgreement, RejectedCreationFailsEveryRankAtOnceAndTheNextWorks) {
     const auto start = std::chrono::steady_clock::now();
     first[rank] = testing::outcome_of([&] { create_op(comm, mine); });
     seconds[rank] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    auto op = create_op(comm, c);
+    auto op = testing::kept_op(comm, c);
     TestStream stream;
     testing::gpu_round(*op, rank, world_size, after[0], {stream.s, stream.s});
   });

@@ -46,8 +46,11 @@ std::vector<RankInput> world_inputs(const OpConfig& c, int world_size, uint64_t 
   spec.exclude_dest = world_size - 1;
   spec.prequantized = prequantized;
   std::vector<int64_t> tokens(world_size);
+  // Rank 0 full, rank 1 empty, the others spread over [0, max_tokens_per_rank].
   for (int r = 0; r < world_size; ++r) {
-    tokens[r] = r == 0 ? c.max_tokens_per_rank : r == 1 ? 0 : 7 + 9 * r % c.max_tokens_per_rank;
+    tokens[r] = r == 0   ? c.max_tokens_per_rank
+                : r == 1 ? 0
+                         : (7 + 9 * r) % (c.max_tokens_per_rank + 1);
   }
   return make_inputs(spec, testing::test_seed() + salt, tokens);
 }
@@ -59,7 +62,7 @@ void run_and_check(int world_size, const OpConfig& c, bool prequantized = false)
       world_size,
       {world_inputs(c, world_size, 1, prequantized), world_inputs(c, world_size, 2, prequantized)});
   testing::run_world(comms, [&](int rank, const std::shared_ptr<Communicator>& comm) {
-    auto op = create_op(comm, c);
+    auto op = testing::kept_op(comm, c);
     TestStream stream;
     for (RoundResult& res : rounds) {
       testing::gpu_round(*op, rank, world_size, res, {stream.s, stream.s});
@@ -129,7 +132,7 @@ TEST(SingleGpuWorldStreams, CallsMoveBetweenStreams) {
   for (int i = 0; i < 4; ++i) inputs.push_back(world_inputs(c, world_size, 10 + i));
   std::vector<RoundResult> rounds = testing::make_round_results(world_size, inputs);
   testing::run_world(comms, [&](int rank, const std::shared_ptr<Communicator>& comm) {
-    auto op = create_op(comm, c);
+    auto op = testing::kept_op(comm, c);
     TestStream a, b, d;
     const testing::RoundStreams plan[] = {{a.s, b.s}, {d.s, a.s}, {b.s, d.s}, {a.s, a.s}};
     for (size_t i = 0; i < rounds.size(); ++i) {
@@ -159,8 +162,8 @@ TEST(SingleGpuWorldStreams, TwoOpsInterleavedOnTwoStreams) {
   std::vector<RoundResult> r1 =
       testing::make_round_results(world_size, {world_inputs(c1, world_size, 22)});
   testing::run_world(comms, [&](int rank, const std::shared_ptr<Communicator>& comm) {
-    auto op0 = create_op(comm, c0);
-    auto op1 = create_op(comm, c1);
+    auto op0 = testing::kept_op(comm, c0);
+    auto op1 = testing::kept_op(comm, c1);
     TestStream s0, s1;
     struct Leg {
       Op* op;

@@ -26,8 +26,29 @@ namespace moe_ep::testing {
 // - eager module loading: with lazy loading (the default) the first launch of a kernel loads its
 //   module and may wait for the whole context, i.e. for another rank's kernel that is waiting
 //   for this rank. Graph replays, which load everything at instantiation, never hit it.
-inline const bool kEnoughHardwareQueues = (setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 1),
-                                           setenv("CUDA_MODULE_LOADING", "EAGER", 1), true);
+// A third, unless the environment already sets it: a timeout of 30 s instead of the library's
+// default 100 s, so that a wait that never ends fails the test with the library's Timeout (which
+// names the phase and the peer) well inside ctest's time limit, instead of a kill with no output.
+inline const bool kEnoughHardwareQueues =
+    (setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 1), setenv("CUDA_MODULE_LOADING", "EAGER", 1),
+     setenv("MOE_EP_TIMEOUT_S", "30", 0), true);
+
+// Ops of the single-GPU world are destroyed only after every rank's thread has returned. Freeing
+// device memory (cudaFree in an op's destructor) waits for the whole device: a rank that destroys
+// its op while a peer's kernel still waits for a third rank, whose thread has yet to launch its
+// part, can hold that launch up until the timeout. kept_op() hands the op to the runner below,
+// which releases it after joining every rank's thread.
+inline thread_local std::vector<std::shared_ptr<void>>* kept_by_this_rank = nullptr;
+
+template <typename T>
+std::shared_ptr<T> keep(std::shared_ptr<T> p) {
+  if (kept_by_this_rank != nullptr) kept_by_this_rank->push_back(p);
+  return p;
+}
+
+inline std::shared_ptr<Op> kept_op(const std::shared_ptr<Communicator>& comm, const OpConfig& c) {
+  return keep(create_op(comm, c));
+}
 
 // True when a GPU is visible; GPU tests skip (visibly) otherwise.
 inline bool have_gpu() { return kEnoughHardwareQueues && cuda_device_count() > 0; }
@@ -47,10 +68,12 @@ inline std::vector<RankOutcome> run_world_outcomes(
     const std::vector<std::shared_ptr<Communicator>>& comms,
     const std::function<void(int, const std::shared_ptr<Communicator>&)>& fn) {
   std::vector<RankOutcome> outcomes(comms.size());
+  std::vector<std::vector<std::shared_ptr<void>>> kept(comms.size());  // see kept_op
   std::vector<std::thread> threads;
   for (size_t r = 0; r < comms.size(); ++r) {
     threads.emplace_back([&, r] {
       RankOutcome& o = outcomes[r];
+      kept_by_this_rank = &kept[r];
       try {
         MOE_EP_CUDA_CHECK(cudaSetDevice(0));
         fn(static_cast<int>(r), comms[r]);
@@ -62,6 +85,7 @@ inline std::vector<RankOutcome> run_world_outcomes(
     });
   }
   for (auto& t : threads) t.join();
+  kept.clear();  // every rank is done: the kept ops go now
   return outcomes;
 }
 
