@@ -97,7 +97,7 @@ TEST_P(GpuLowLatency, AllDtypePairsEqualTheReference) {
     rounds.emplace_back(world_size, decode_inputs(c, world_size, 2));
     auto comms = make_single_gpu_world(world_size);
     testing::run_world(comms, [&](int rank, const std::shared_ptr<Communicator>& comm) {
-      auto op = create_op(comm, c);
+      auto op = testing::kept_op(comm, c);
       TestStream stream;
       for (LowLatencyRound& round : rounds) gpu_low_latency_round(*op, rank, round, stream.s);
     });
@@ -182,7 +182,7 @@ TEST(GpuLowLatencyGraph, CapturedRoundReplays200TimesWithNewInputs) {
   for (int i = 0; i < replays; ++i) rounds.emplace_back(world_size, inputs[i]);
   auto comms = make_single_gpu_world(world_size);
   testing::run_world(comms, [&](int rank, const std::shared_ptr<Communicator>& comm) {
-    auto op = create_op(comm, c);
+    auto op = testing::kept_op(comm, c);
     TestStream stream;
     // The captured buffers.
     testing::DeviceInput input(inputs[0][rank], 0);
@@ -324,9 +324,9 @@ TEST(GpuLowLatencyHooks, TwoMicroBatchesEqualTheReferenceAndTheCallsWithoutHooks
     }
     auto comms = make_single_gpu_world(world_size);
     testing::run_world(comms, [&](int rank, const std::shared_ptr<Communicator>& comm) {
-      auto op_a = create_op(comm, c);
-      auto op_b = create_op(comm, config_b);
-      auto op_plain = create_op(comm, config_plain);
+      auto op_a = testing::kept_op(comm, c);
+      auto op_b = testing::kept_op(comm, config_b);
+      auto op_plain = testing::kept_op(comm, config_plain);
       TestStream stream;
       for (size_t i = 0; i < a.size(); ++i) {
         DeviceMicroBatch batch_a(c, world_size, a[i].inputs[rank]);
@@ -386,8 +386,8 @@ TEST(GpuLowLatencyHooksGraph, CapturedTwoMicroBatchRoundReplaysWithNewInputs) {
   }
   auto comms = make_single_gpu_world(world_size);
   testing::run_world(comms, [&](int rank, const std::shared_ptr<Communicator>& comm) {
-    auto op_a = create_op(comm, c);
-    auto op_b = create_op(comm, config_b);
+    auto op_a = testing::kept_op(comm, c);
+    auto op_b = testing::kept_op(comm, config_b);
     TestStream stream;
     DeviceMicroBatch batch_a(c, world_size, a[0].inputs[rank]);
     DeviceMicroBatch batch_b(c, world_size, b[0].inputs[rank]);

@@ -18,6 +18,8 @@
 //   ll flags   [W src][Tmax] uint64                 step << 1 | (token t of src comes here)
 //   ll stage   [W src][Tmax][payload + scale bytes] token t of src, once per destination rank
 //   ll meta    [W src][Tmax] {K local ids, K weights} of that token
+//   ll ready   [W src][Tmax][slices] uint64         combine: src's partial for token t, slice j
+//              has landed (decode tag | step); a slice is ll_slice_elems elements of the row
 #pragma once
 
 #include <cstdint>
@@ -50,6 +52,7 @@ struct BufferLayout {
     kLlFlags,
     kLlStage,
     kLlMeta,
+    kLlReady,
     kEnd,
     kNumRegions
   };
@@ -64,12 +67,14 @@ struct BufferLayout {
   int64_t combine_row_bytes = 0;       // payload + scales, per row, a multiple of 16
   int64_t stage_row_bytes = 0;         // decode mode: dispatch payload + scales, multiple of 16
   int64_t meta_bytes = 0;              // decode mode: K local ids + K weights, multiple of 16
+  int32_t ll_slices = 1;               // decode mode: combine slices per row
   int64_t offset[kNumRegions] = {};    // start of each region
 
   // Sizes every region for these dimensions; the only place offsets are computed.
   static BufferLayout make(int world_size, int local_experts, int topk, int max_tokens,
                            int64_t dispatch_payload_bytes, int64_t dispatch_scale_bytes,
-                           int64_t combine_payload_and_scale_bytes, bool low_latency = false) {
+                           int64_t combine_payload_and_scale_bytes, bool low_latency = false,
+                           int ll_slices = 1) {
     BufferLayout l;
     l.world_size = world_size;
     l.local_experts = local_experts;
@@ -80,6 +85,7 @@ struct BufferLayout {
     l.combine_row_bytes = (combine_payload_and_scale_bytes + 15) / 16 * 16;
     l.stage_row_bytes = (dispatch_payload_bytes + dispatch_scale_bytes + 15) / 16 * 16;
     l.meta_bytes = (8 * static_cast<int64_t>(topk) + 15) / 16 * 16;
+    l.ll_slices = ll_slices;
     const int64_t ll = low_latency ? 1 : 0;
     const int64_t w = world_size;
     const int64_t rows = w * max_tokens;
@@ -101,6 +107,7 @@ struct BufferLayout {
                                         ll * 8 * rows,                  // ll flags
                                         ll * rows * l.stage_row_bytes,  // ll stage
                                         ll * rows * l.meta_bytes,       // ll meta
+                                        ll * 8 * rows * ll_slices,      // ll ready
                                         0};                             // end
     int64_t at = 0;
     for (int r = 0; r < kNumRegions; ++r) {
@@ -173,6 +180,10 @@ struct BufferLayout {
   }
   MOE_EP_HD int64_t ll_meta_offset(int src, int64_t token) const {
     return offset[kLlMeta] + (static_cast<int64_t>(src) * max_tokens + token) * meta_bytes;
+  }
+  MOE_EP_HD int64_t ll_ready_offset(int src, int64_t token, int64_t slice) const {
+    return offset[kLlReady] +
+           8 * ((static_cast<int64_t>(src) * max_tokens + token) * ll_slices + slice);
   }
 };
 

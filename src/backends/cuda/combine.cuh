@@ -17,31 +17,35 @@ namespace moe_ep::cuda_backend {
 
 inline constexpr int kCombineUnroll = Policy::kUnroll;
 
-// Encodes one row of bf16 values, given lane by lane by `load(elem)` (the 8 values starting at
-// element `elem`, zeros past the row), into the combine wire format at `dst_row` (payload, then
-// scales), then release-stores `tag` at `dst_flag` once every lane's stores are visible. Used by
-// normal mode (the row of y) and decode mode (the weighted sum of a token's expert rows).
-template <typename F, typename LoadRow>
-__device__ __forceinline__ void send_combine_row(LoadRow load, int hidden, char* dst_row,
-                                                 uint64_t* dst_flag, uint64_t tag, int lane) {
+// Encodes elements [begin, end) of one row of bf16 values, given lane by lane by `load(elem)`
+// (the 8 values starting at element `elem`, zeros past the row), into the combine wire format at
+// `dst_row` (payload, then scales), then release-stores `tag` at `dst_flag` once every lane's
+// stores are visible. `begin` is a multiple of a warp step and `end - begin` a multiple of the
+// unrolled step unless `end` is the row's end, so format blocks never straddle two ranges. Used by
+// normal mode (the whole row of y) and decode mode (a slice of the weighted sum of a token's
+// expert rows). kUnroll: warp steps whose loads are in flight together.
+template <typename F, int kUnroll = kCombineUnroll, typename LoadRow>
+__device__ __forceinline__ void send_combine_range(LoadRow load, int64_t begin, int64_t end,
+                                                   int hidden, char* dst_row, uint64_t* dst_flag,
+                                                   uint64_t tag, int lane) {
   const int64_t payload_bytes = formats::payload_bytes_of<F>(hidden);
-  for (int64_t base = 0; base < hidden; base += kElemsPerWarpStep * kCombineUnroll) {
-    uint4 v[kCombineUnroll];
+  for (int64_t base = begin; base < end; base += kElemsPerWarpStep * kUnroll) {
+    uint4 v[kUnroll];
 #pragma unroll
-    for (int u = 0; u < kCombineUnroll; ++u) {
+    for (int u = 0; u < kUnroll; ++u) {
       v[u] = load(base + u * kElemsPerWarpStep + lane * kElemsPerLane);
     }
 #pragma unroll
-    for (int u = 0; u < kCombineUnroll; ++u) {
-      if (base + u * kElemsPerWarpStep >= hidden) break;  // warp-uniform
+    for (int u = 0; u < kUnroll; ++u) {
+      if (base + u * kElemsPerWarpStep >= end) break;  // warp-uniform
       const int64_t elem = base + u * kElemsPerWarpStep + lane * kElemsPerLane;
       typename F::Params params;
       LaneWord<F> word;
       formats::encode_lane<F>(v[u], word, params);
-      if (elem < hidden) store_lane<F>(dst_row, dst_row + payload_bytes, elem, word, params);
+      if (elem < end) store_lane<F>(dst_row, dst_row + payload_bytes, elem, word, params);
     }
   }
-  // Every lane's stores of the row are visible system-wide before lane 0 flags it ready.
+  // Every lane's stores of the range are visible system-wide before lane 0 flags it ready.
   __threadfence_system();
   __syncwarp();
   if (lane == 0) st_release_sys(dst_flag, tag);
@@ -59,11 +63,13 @@ struct ReduceArgs {
   ErrorSink err;
 };
 
-// Receiver role for token t, whose rows come from the ranks in `mask`. Returns false when a wait
-// gave up (timeout or another error).
-template <typename F>
-__device__ __forceinline__ bool reduce_combine_token(const ReduceArgs& a, int64_t t, uint64_t mask,
-                                                     int lane) {
+// Receiver role for elements [begin, end) of token t, whose rows come from the ranks in `mask`;
+// `flag_offset(r)` is where rank r's ready flag for that range lives in this rank's buffer.
+// Returns false when a wait gave up (timeout or another error).
+template <typename F, typename FlagOffset>
+__device__ __forceinline__ bool reduce_combine_range(const ReduceArgs& a, int64_t t, uint64_t mask,
+                                                     int64_t begin, int64_t end,
+                                                     FlagOffset flag_offset, int lane) {
   const int hidden = a.hidden;
   const int64_t payload_bytes = formats::payload_bytes_of<F>(hidden);
   // Every lane acquires every flag itself, so its own loads of the rows are ordered after.
@@ -71,12 +77,11 @@ __device__ __forceinline__ bool reduce_combine_token(const ReduceArgs& a, int64_
   for (uint64_t m = mask; m != 0 && ready;) {
     const int r = next_dest(m);
     uint64_t word = 0;
-    ready =
-        wait_tagged(reinterpret_cast<const uint64_t*>(a.self + a.layout.combine_flag_offset(r, t)),
-                    0, a.tag, a.timeout_ns, a.err, kPhaseCombineWait, a.rank, r, &word);
+    ready = wait_tagged(reinterpret_cast<const uint64_t*>(a.self + flag_offset(r)), 0, a.tag,
+                        a.timeout_ns, a.err, kPhaseCombineWait, a.rank, r, &word);
   }
   if (!__all_sync(0xffffffffu, ready)) return false;
-  for (int64_t base = 0; base < hidden; base += kElemsPerWarpStep * kCombineUnroll) {
+  for (int64_t base = begin; base < end; base += kElemsPerWarpStep * kCombineUnroll) {
     float acc[kCombineUnroll][kElemsPerLane];
 #pragma unroll
     for (int u = 0; u < kCombineUnroll; ++u) {
@@ -91,7 +96,7 @@ __device__ __forceinline__ bool reduce_combine_token(const ReduceArgs& a, int64_
 #pragma unroll
       for (int u = 0; u < kCombineUnroll; ++u) {
         const int64_t elem = base + u * kElemsPerWarpStep + lane * kElemsPerLane;
-        if (elem < hidden) {
+        if (elem < end) {
           words[u] = load_word<F>(row, elem);
           if constexpr (F::kBlock != 0) {
             scales[u] = __ldcg(reinterpret_cast<const typename F::Scale*>(row + payload_bytes) +
@@ -104,13 +109,13 @@ __device__ __forceinline__ bool reduce_combine_token(const ReduceArgs& a, int64_
 #pragma unroll
       for (int u = 0; u < kCombineUnroll; ++u) {
         const int64_t elem = base + u * kElemsPerWarpStep + lane * kElemsPerLane;
-        if (elem < hidden) lane_decode_add<F>(words[u], scales[u], acc[u]);
+        if (elem < end) lane_decode_add<F>(words[u], scales[u], acc[u]);
       }
     }
 #pragma unroll
     for (int u = 0; u < kCombineUnroll; ++u) {
       const int64_t elem = base + u * kElemsPerWarpStep + lane * kElemsPerLane;
-      if (elem < hidden) {
+      if (elem < end) {
         *reinterpret_cast<uint4*>(a.out + t * hidden + elem) = lane_pack_bf16(acc[u]);
       }
     }
@@ -128,11 +133,11 @@ __device__ __forceinline__ void send_received_row(const CombineParams& p, int64_
   const int token =
       __ldcg(reinterpret_cast<const int32_t*>(self + p.layout.recv_src_token_offset(i)));
   const uint16_t* y = p.y + i * hidden;
-  send_combine_row<F>([&](int64_t elem) { return load_lane(y, elem, hidden); }, hidden,
-                      p.peers.base[src] + p.layout.combine_row_offset(info.rank, token),
-                      reinterpret_cast<uint64_t*>(p.peers.base[src] +
-                                                  p.layout.combine_flag_offset(info.rank, token)),
-                      p.step, lane);
+  send_combine_range<F>([&](int64_t elem) { return load_lane(y, elem, hidden); }, 0, hidden, hidden,
+                        p.peers.base[src] + p.layout.combine_row_offset(info.rank, token),
+                        reinterpret_cast<uint64_t*>(p.peers.base[src] +
+                                                    p.layout.combine_flag_offset(info.rank, token)),
+                        p.step, lane);
 }
 
 template <typename F>
@@ -164,7 +169,8 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
       const int64_t t = item - num_send;
       const TokenRoutes routes =
           token_routes(p.pos, nullptr, p.info.max_tokens, p.info.world_size, t, c.lane);
-      if (!reduce_combine_token<F>(reduce, t, routes.mask, c.lane)) {
+      const auto flag_offset = [&](int r) { return p.layout.combine_flag_offset(r, t); };
+      if (!reduce_combine_range<F>(reduce, t, routes.mask, 0, p.info.hidden, flag_offset, c.lane)) {
         break;  // reported; the other warps see the flag and stop too
       }
     }

@@ -36,7 +36,9 @@ CudaOp::CudaOp(std::shared_ptr<CudaComm> comm, const OpConfig& config, int num_s
   layout_ = BufferLayout::make(
       world_size_, config.num_experts / world_size_, config.topk, config.max_tokens_per_rank,
       dispatch_wire.payload_bytes, dispatch_wire.scale_bytes,
-      combine_wire.payload_bytes + combine_wire.scale_bytes, config.low_latency);
+      combine_wire.payload_bytes + combine_wire.scale_bytes, config.low_latency,
+      static_cast<int>((config.hidden + Policy::kDispatchSliceElems - 1) /
+                       Policy::kDispatchSliceElems));
   pos_ =
       DeviceArray<int32_t>(device_, static_cast<size_t>(world_size_) * config.max_tokens_per_rank);
   send_offset_ = DeviceArray<int32_t>(device_, world_size_);
@@ -61,6 +63,8 @@ CudaOp::CudaOp(std::shared_ptr<CudaComm> comm, const OpConfig& config, int num_s
     ll_slab_scales_ = DeviceArray<char>(device_, slab_rows * dispatch_wire.scale_bytes);
     ll_count_ = DeviceArray<int32_t>(device_, local);
     ll_count_.zero(comm_->internal_stream());
+    ll_scanned_ = DeviceArray<uint64_t>(device_, local);
+    ll_scanned_.zero(comm_->internal_stream());
     ll_src_rank_ = DeviceArray<int32_t>(device_, slab_rows);
     ll_src_token_ = DeviceArray<int32_t>(device_, slab_rows);
     ll_src_slot_ = DeviceArray<int32_t>(device_, slab_rows);
