@@ -1,7 +1,8 @@
 # Python tests (tests/python, pytest), when the Python package is built (MOE_EP_BUILD_PYTHON):
 #   python_cpu          the CPU-backend suite on numpy arrays (label cpu)
 #   python_gpu          tests/python/test_gpu_*.py on torch tensors (processes per GPU, and two
-#                       ranks of one GPU from threads); they skip themselves without torch or GPUs
+#                       ranks of one GPU from threads, decode mode in torch.cuda.graph); they
+#                       skip themselves without torch or GPUs
 #                       (label gpu)
 #   python_pip_install  `pip install --no-build-isolation .` into a fresh venv, then an import
 #                       and one CPU dispatch from outside the source tree (label cpu)
@@ -22,7 +23,8 @@ set_tests_properties(python_cpu PROPERTIES LABELS cpu ENVIRONMENT "${_py_env}" T
 add_test(NAME python_gpu
          COMMAND ${MOE_EP_PYTHON_EXECUTABLE} -m pytest -q -p no:cacheprovider -rs -s
                  ${CMAKE_CURRENT_SOURCE_DIR}/python/test_gpu_torch.py
-                 ${CMAKE_CURRENT_SOURCE_DIR}/python/test_gpu_single_gpu_world.py)
+                 ${CMAKE_CURRENT_SOURCE_DIR}/python/test_gpu_single_gpu_world.py
+                 ${CMAKE_CURRENT_SOURCE_DIR}/python/test_gpu_decode_graph.py)
 set_tests_properties(python_gpu PROPERTIES LABELS gpu ENVIRONMENT "${_py_env}" TIMEOUT 900)
 
 add_test(NAME python_pip_install
