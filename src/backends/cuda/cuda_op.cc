@@ -63,8 +63,6 @@ CudaOp::CudaOp(std::shared_ptr<CudaComm> comm, const OpConfig& config, int num_s
     ll_slab_scales_ = DeviceArray<char>(device_, slab_rows * dispatch_wire.scale_bytes);
     ll_count_ = DeviceArray<int32_t>(device_, local);
     ll_count_.zero(comm_->internal_stream());
-    ll_scanned_ = DeviceArray<uint64_t>(device_, local);
-    ll_scanned_.zero(comm_->internal_stream());
     ll_src_rank_ = DeviceArray<int32_t>(device_, slab_rows);
     ll_src_token_ = DeviceArray<int32_t>(device_, slab_rows);
     ll_src_slot_ = DeviceArray<int32_t>(device_, slab_rows);

@@ -105,7 +105,6 @@ class CudaOp final : public OpBase {
   DeviceArray<char> ll_slab_payload_;      // [E/W, W*Tmax, payload bytes]
   DeviceArray<char> ll_slab_scales_;       // [E/W, W*Tmax, scale bytes]
   DeviceArray<int32_t> ll_count_;          // [E/W]
-  DeviceArray<uint64_t> ll_scanned_;       // [E/W]
   DeviceArray<int32_t> ll_src_rank_;       // [E/W, W*Tmax]
   DeviceArray<int32_t> ll_src_token_;      // [E/W, W*Tmax]
   DeviceArray<int32_t> ll_src_slot_;       // [E/W, W*Tmax]

@@ -181,7 +181,6 @@ struct LowLatencyParams {
   int32_t* src_rank;          // [E/W, W*Tmax]
   int32_t* src_token;         // [E/W, W*Tmax]
   int32_t* src_slot;          // [E/W, W*Tmax]
-  uint64_t* scanned;          // [E/W] step of the latest expand's scan of each local expert
   // combine
   const uint16_t* y;      // [E/W, W*Tmax, H] bf16 (not read by kLlCombineReceive)
   uint16_t* out;          // [T, H] bf16 (not written by kLlCombineSend)

@@ -28,7 +28,8 @@ cudaError_t launch_ll_expand(DispatchDtype dtype, const LowLatencyParams& p, int
   return formats::visit_format(dtype, [&](auto format) {
     using F = decltype(format);
     // One block per local expert at most; fewer take several experts each.
-    ll_expand_kernel<F><<<num_blocks, Policy::kDataThreads, 0, stream>>>(p);
+    const int expand_blocks = std::clamp(p.info.experts_per_rank, 1, num_blocks);
+    ll_expand_kernel<F><<<expand_blocks, Policy::kDataThreads, 0, stream>>>(p);
     return cudaGetLastError();
   });
 }

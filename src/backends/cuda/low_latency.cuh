@@ -9,15 +9,11 @@
 //               stage row [this rank][token], with the token's local expert ids and weights for
 //               that destination; every destination also gets the token's flag word (step, comes
 //               here or not). The last block releases {step, T} in every destination's done word.
-//   ll_expand:  once every source's done word is in, warps take tickets: items [0, E/W) are
-//               scans, one local expert each: the sources' tokens in canonical order (source
-//               rank, then token), 32 at a time, those naming the expert (the first slot naming
-//               it) get consecutive slab rows by a warp prefix count; the warp writes counts,
-//               sources and slot_rows[s][t][k] (the slab row of each local slot), then releases
-//               scanned[e] = step. Items after that are copies, one (source, token) candidate
-//               each: once the scans of the experts it names are released, its stage row is
-//               read once and stored into each of its distinct slab rows. Scans never wait and
-//               are ticketed first, so the kernel finishes with any resident subset of blocks.
+//   ll_expand:  blocks take local experts by ticket. Once every source's done word is in, the
+//               block scans the sources' tokens in canonical order (source rank, then token),
+//               picks those naming its expert (the first slot naming it), gives them consecutive
+//               slab rows by a block scan, writes counts and sources, and copies the stage rows
+//               into the slab. slot_rows[s][t][k] records the slab row of each local slot.
 //   ll_combine: warps take tickets for slices of rows (kDispatchSliceElems elements), so one
 //               token spreads over several warps: items [0, W*Tmax*slices) are (source, token,
 //               slice) candidates, sends for those that came here: p = bf16(sum over the
@@ -196,149 +192,102 @@ __device__ __forceinline__ bool ll_wait_sources(const LowLatencyParams& p, uint6
 template <typename F>
 __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm)
     ll_expand_kernel(LowLatencyParams p) {
+  using Scan = cub::BlockScan<int, Policy::kDataThreads>;
+  __shared__ typename Scan::TempStorage scan_storage;
   __shared__ int tokens[Policy::kMaxPeers];
+  __shared__ unsigned int ticket;
   if (block_sees_error(p.err)) return;
   const RankInfo& info = p.info;
   // The step of the dispatch being received; with overlap hooks, calls rejected since its send
   // part have taken later steps.
   const uint64_t step = p.state->dispatch_step;
   if (!ll_wait_sources(p, step, tokens)) return;
-  const WarpCoord c = warp_coord();
   const char* self = p.peers.base[info.rank];
   const int k_slots = info.topk;
   const int64_t slab_rows = static_cast<int64_t>(info.world_size) * info.max_tokens;
   const int64_t payload_bytes = p.layout.dispatch_payload_bytes;
   const int64_t scale_bytes = p.layout.dispatch_scale_bytes;
-  const int64_t experts = info.experts_per_rank;
-  const int64_t total = experts + slab_rows;
-  const unsigned int below = (1u << c.lane) - 1u;  // lanes before this one
+  const unsigned int experts = static_cast<unsigned int>(info.experts_per_rank);
   while (true) {
-    const int64_t item = take_ticket(&p.tickets[0], c.lane);
-    if (item >= total) break;
-    if (item < experts) {
-      // Scan for local expert e: the tokens naming it in canonical order (source rank, then
-      // token), 32 candidates at a time, each given the next slab row by a warp prefix count.
-      const int e = static_cast<int>(item);
-      int32_t* src_rank = p.src_rank + e * slab_rows;
-      int32_t* src_token = p.src_token + e * slab_rows;
-      int32_t* src_slot = p.src_slot + e * slab_rows;
-      int running = 0;
-      for (int s = 0; s < info.world_size; ++s) {
-        for (int base = 0; base < tokens[s]; base += 32) {
-          const int t = base + c.lane;
-          int first = -1;
-          const int32_t* local = nullptr;
-          if (t < tokens[s]) {
-            const uint64_t flag =
-                __ldcg(reinterpret_cast<const uint64_t*>(self + p.layout.ll_flag_offset(s, t)));
-            if (flag == (step << 1 | 1)) {
-              local = reinterpret_cast<const int32_t*>(self + p.layout.ll_meta_offset(s, t));
-              for (int k = k_slots - 1; k >= 0; --k) {
-                if (__ldcg(local + k) == e) first = k;
-              }
+    if (threadIdx.x == 0) ticket = atomicAdd(&p.tickets[0], 1u);
+    __syncthreads();
+    const unsigned int e = ticket;
+    __syncthreads();
+    if (e >= experts) break;
+    int32_t* src_rank = p.src_rank + e * slab_rows;    // [W*Tmax]
+    int32_t* src_token = p.src_token + e * slab_rows;  // [W*Tmax]
+    int32_t* src_slot = p.src_slot + e * slab_rows;    // [W*Tmax]
+    // Canonical order: source rank ascending, then token ascending; candidates are the first
+    // T_s tokens of every source s, in chunks of the block's threads.
+    int running = 0;
+    for (int s = 0; s < info.world_size; ++s) {
+      for (int base = 0; base < tokens[s]; base += Policy::kDataThreads) {
+        const int t = base + threadIdx.x;
+        int first = -1;
+        if (t < tokens[s]) {
+          const uint64_t flag =
+              __ldcg(reinterpret_cast<const uint64_t*>(self + p.layout.ll_flag_offset(s, t)));
+          if (flag == (step << 1 | 1)) {
+            const auto* local =
+                reinterpret_cast<const int32_t*>(self + p.layout.ll_meta_offset(s, t));
+            for (int k = k_slots - 1; k >= 0; --k) {
+              const int32_t id = __ldcg(local + k);
+              if (id == static_cast<int32_t>(e)) first = k;
+              // Every local slot's slab row is written by the block of its expert; slots of
+              // other ranks' experts (and masked ones) by the block of expert 0.
+              if (id < 0 && e == 0)
+                p.slot_rows[(static_cast<int64_t>(s) * info.max_tokens + t) * k_slots + k] = -1;
             }
           }
-          const unsigned int named = __ballot_sync(0xffffffffu, first >= 0);
-          if (first >= 0) {
-            const int row = running + __popc(named & below);
-            src_rank[row] = s;
-            src_token[row] = t;
-            src_slot[row] = first;
-            int32_t* rows = p.slot_rows + (static_cast<int64_t>(s) * info.max_tokens + t) * k_slots;
-            for (int k = first; k < k_slots; ++k) {
-              if (__ldcg(local + k) == e) rows[k] = static_cast<int32_t>(e * slab_rows + row);
+        }
+        int pos = 0, chunk = 0;
+        Scan(scan_storage).ExclusiveSum(first >= 0 ? 1 : 0, pos, chunk);
+        if (first >= 0) {
+          const int row = running + pos;
+          src_rank[row] = s;
+          src_token[row] = t;
+          src_slot[row] = first;
+          const auto* local =
+              reinterpret_cast<const int32_t*>(self + p.layout.ll_meta_offset(s, t));
+          for (int k = first; k < k_slots; ++k) {
+            if (__ldcg(local + k) == static_cast<int32_t>(e)) {
+              p.slot_rows[(static_cast<int64_t>(s) * info.max_tokens + t) * k_slots + k] =
+                  static_cast<int32_t>(e * slab_rows + row);
             }
           }
-          running += __popc(named);
         }
+        running += chunk;
+        __syncthreads();  // scan_storage is reused
       }
-      for (int64_t row = running + c.lane; row < slab_rows; row += 32) {
-        src_rank[row] = -1;
-        src_token[row] = -1;
-        src_slot[row] = -1;
-      }
-      if (c.lane == 0) p.count[e] = running;
-      // The copies of this expert's rows (other warps) start once its slab rows are known.
-      __threadfence();
-      __syncwarp();
-      if (c.lane == 0) st_release_sys(p.scanned + e, step);
-    } else {
-      // Copy for candidate (s, t): its stage row is read once and stored into the slab row of
-      // every local expert it names, once the scans of those experts are done.
-      const int64_t candidate = item - experts;
-      const int s = static_cast<int>(candidate / info.max_tokens);
-      const int t = static_cast<int>(candidate - static_cast<int64_t>(s) * info.max_tokens);
-      if (t >= tokens[s]) continue;
-      const uint64_t flag =
-          __ldcg(reinterpret_cast<const uint64_t*>(self + p.layout.ll_flag_offset(s, t)));
-      if (flag != (step << 1 | 1)) continue;  // token t of s did not come here
-      const auto* local = reinterpret_cast<const int32_t*>(self + p.layout.ll_meta_offset(s, t));
-      int32_t* rows = p.slot_rows + (static_cast<int64_t>(s) * info.max_tokens + t) * k_slots;
-      // The token's local expert ids (-1: another rank's expert or masked), lane l holding slots
-      // l and 32 + l; id_of(k) is warp-uniform.
-      const int32_t id_lo = c.lane < k_slots ? __ldcg(local + c.lane) : -1;
-      const int32_t id_hi = 32 + c.lane < k_slots ? __ldcg(local + 32 + c.lane) : -1;
-      const auto id_of = [&](int k) {
-        return __shfl_sync(0xffffffffu, k < 32 ? id_lo : id_hi, k & 31);
-      };
-      // Every lane acquires the scan of every expert the token names, so its own reads of
-      // slot_rows below are ordered after that scan's writes.
-      bool ready = true;
-      for (int k = 0; k < k_slots; ++k) {
-        const int32_t id = id_of(k);
-        uint64_t word = 0;
-        if (id >= 0 && ready) {
-          ready = wait_tagged(p.scanned + id, 0, step, p.timeout_ns, p.err, kPhaseDispatchWait,
-                              info.rank, info.rank, &word);
-        }
-      }
-      if (!__all_sync(0xffffffffu, ready)) break;
-      if (c.lane < k_slots && id_lo < 0) rows[c.lane] = -1;  // combine skips these slots
-      if (32 + c.lane < k_slots && id_hi < 0) rows[32 + c.lane] = -1;
-      // The token's distinct slab rows: the first slot naming each expert holds its row.
-      uint64_t firsts = 0;
-      for (int k = 0; k < k_slots; ++k) {
-        const int32_t id = id_of(k);
-        bool repeat = id < 0;
-        for (int q = 0; q < k && !repeat; ++q) repeat = id_of(q) == id;
-        if (!repeat) firsts |= 1ull << k;
-      }
+    }
+    for (int64_t row = running + threadIdx.x; row < slab_rows; row += blockDim.x) {
+      src_rank[row] = -1;
+      src_token[row] = -1;
+      src_slot[row] = -1;
+    }
+    if (threadIdx.x == 0) p.count[e] = running;
+    __syncthreads();  // the sources of this expert's rows are written
+    // Copy the rows: a warp per row, 16 bytes a lane (rows are whole 16-byte units).
+    const int lane = threadIdx.x & 31;
+    for (int row = threadIdx.x / 32; row < running; row += blockDim.x / 32) {
+      const int s = src_rank[row];
+      const int t = src_token[row];
       const char* stage = self + p.layout.ll_stage_offset(s, t);
-      const int64_t vectors = payload_bytes / 16;
-      for (int64_t i0 = 0; i0 < vectors; i0 += 32 * Policy::kUnroll) {
-        uint4 v[Policy::kUnroll];
-#pragma unroll
-        for (int u = 0; u < Policy::kUnroll; ++u) {
-          const int64_t i = i0 + u * 32 + c.lane;
-          if (i < vectors) v[u] = __ldcg(reinterpret_cast<const uint4*>(stage) + i);
-        }
-        for (uint64_t m = firsts; m != 0; m &= m - 1) {
-          const int32_t row = __ldcg(rows + __ffsll(static_cast<long long>(m)) - 1);
-          char* slab = p.slab_payload + static_cast<int64_t>(row) * payload_bytes;
-#pragma unroll
-          for (int u = 0; u < Policy::kUnroll; ++u) {
-            const int64_t i = i0 + u * 32 + c.lane;
-            if (i < vectors) reinterpret_cast<uint4*>(slab)[i] = v[u];
-          }
-        }
+      char* slab = p.slab_payload + (e * slab_rows + row) * payload_bytes;
+      for (int64_t i = lane; i < payload_bytes / 16; i += 32) {
+        reinterpret_cast<uint4*>(slab)[i] = __ldcg(reinterpret_cast<const uint4*>(stage) + i);
       }
       if (scale_bytes > 0) {
-        for (uint64_t m = firsts; m != 0; m &= m - 1) {
-          const int32_t row = __ldcg(rows + __ffsll(static_cast<long long>(m)) - 1);
-          char* scales = p.slab_scales + static_cast<int64_t>(row) * scale_bytes;
-          for (int64_t i = c.lane; i < scale_bytes; i += 32) scales[i] = stage[payload_bytes + i];
-        }
+        char* scales = p.slab_scales + (e * slab_rows + row) * scale_bytes;
+        for (int64_t i = lane; i < scale_bytes; i += 32) scales[i] = stage[payload_bytes + i];
       }
     }
+    __syncthreads();
   }
-  // The last warp out resets the tickets for the next call (as in ll_combine_kernel).
-  if (c.lane == 0) {
-    __threadfence();
-    if (atomicAdd(&p.tickets[1], 1u) == static_cast<unsigned int>(c.num_warps) - 1) {
-      __threadfence();
-      p.tickets[0] = 0;
-      p.tickets[1] = 0;
-    }
+  // The last block out resets the tickets for the next call.
+  if (threadIdx.x == 0 && atomicAdd(&p.tickets[1], 1u) == gridDim.x - 1) {
+    p.tickets[0] = 0;
+    p.tickets[1] = 0;
   }
 }
 
