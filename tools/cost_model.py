@@ -191,7 +191,8 @@ def model(args):
                 meta = dispatch_meta_bytes(args.topk) if leg == "dispatch" else 0
                 costs = leg_costs(leg, wire_row + meta, args.hidden, tokens, rows, rates)
                 config["legs"].append(
-                    {"leg": leg, "format": name, "row_bytes": wire_row, "meta_bytes": meta, **costs})
+                    {"leg": leg, "format": name, "row_bytes": wire_row, "meta_bytes": meta,
+                     **costs})
             result["configs"].append(config)
     for nodes, dispatch_gbps, combine_gbps in DEEPEP_V2_SM90:
         result["deepep_v2"].append(deepep_comparison(args, rates, nodes, dispatch_gbps,
@@ -248,14 +249,18 @@ def markdown(result):
         "(read + write). MB = 10^6 bytes per rank and leg; times in us as max-sum "
         "(full overlap - none).",
         "",
-        "| tokens | EP | nodes | p(rank) | p(node) | rows/token: flat net | hier net | "
+        "| EP | nodes | p(rank) | p(node) | rows/token: flat net | hier net | "
         "hier NVLink | delivered |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|",
     ]
+    seen = set()
     for c in result["configs"]:
+        if c["ep"] in seen:  # the same for every batch size
+            continue
+        seen.add(c["ep"])
         rt = c["rows_per_token"]
         lines.append(
-            f"| {c['tokens']} | {c['ep']} | {c['nodes']} | {c['p_rank']:.4f} | {c['p_node']:.4f} "
+            f"| {c['ep']} | {c['nodes']} | {c['p_rank']:.4f} | {c['p_node']:.4f} "
             f"| {rt['flat_net']:.3f} | {rt['hier_net']:.3f} | "
             f"{rt['nvl_direct'] + rt['nvl_fwd']:.3f} | {rt['delivered']:.3f} |")
     for tokens in sorted({c["tokens"] for c in result["configs"]}, reverse=True):
@@ -270,8 +275,9 @@ def markdown(result):
         for c in (c for c in result["configs"] if c["tokens"] == tokens):
             for g in c["legs"]:
                 f, h = g["flat"], g["hier"]
+                row = g["row_bytes"] + g["meta_bytes"]
                 lines.append(
-                    f"| {c['ep']} | {g['leg']} | {g['format']} | {g['row_bytes'] + g['meta_bytes']} "
+                    f"| {c['ep']} | {g['leg']} | {g['format']} | {row} "
                     f"| {f['network_bytes'] / 1e6:.1f} | {h['network_bytes'] / 1e6:.1f} "
                     f"| {h['network_bytes'] / f['network_bytes']:.3f} "
                     f"| {f['nvlink_bytes'] / 1e6:.1f} | {h['nvlink_bytes'] / 1e6:.1f} "

@@ -5,7 +5,7 @@ The closed forms are compared with a brute-force walk over every top-k set of sm
 each path (self, NVLink, network, forwarder) is counted by following the routing rules token by
 token; the script's own output (JSON and markdown, run as a program) must keep hierarchical
 network bytes at or below flat ones and account for every delivered row exactly once; the EP16
-bf16 figures equal values worked out by hand below.
+bf16 figures equal values worked out by hand below; docs/multi-node.md shows the current tables.
 
 Usage: test_cost_model.py [path/to/cost_model.py]  (default: ../../tools/cost_model.py)
 """
@@ -144,7 +144,8 @@ class ScriptOutput(unittest.TestCase):
                                    delivered, delta=1e-6 * delivered)
             # Bytes are rows times the row: NVLink + network bytes = what leaves the source.
             self.assertAlmostEqual(flat["nvlink_bytes"] + flat["network_bytes"],
-                                   (delivered - rt["self"] * tokens) * row, delta=1e-6 * delivered * row)
+                                   (delivered - rt["self"] * tokens) * row,
+                                   delta=1e-6 * delivered * row)
             # Hierarchical: each remote delivery is kept by its forwarder or stored over NVLink by
             # it, so the rows reaching remote nodes are those of the flat network, and the NVLink
             # rows are the own node's plus the forwarded ones.
@@ -162,8 +163,8 @@ class ScriptOutput(unittest.TestCase):
                 self.assertAlmostEqual(path["predicted_us_max"],
                                        max(path["t_network_us"], path["t_nvlink_us"],
                                            path["t_hbm_us"]))
-                self.assertAlmostEqual(path["predicted_us_sum"],
-                                       path["t_network_us"] + path["t_nvlink_us"] + path["t_hbm_us"])
+                times = (path["t_network_us"], path["t_nvlink_us"], path["t_hbm_us"])
+                self.assertAlmostEqual(path["predicted_us_sum"], sum(times))
 
     def test_ep16_bf16_by_hand(self):
         # EP16 = 2 nodes of 8 ranks, 256 experts, top-8, hidden 7168, 4096 tokens per rank.
@@ -206,6 +207,12 @@ class ScriptOutput(unittest.TestCase):
         self.assertAlmostEqual(ep16["network_rows_per_logical_row"], 0.5)
         dispatch = next(l for l in ep16["legs"] if l["leg"] == "dispatch")
         self.assertAlmostEqual(dispatch["deepep_implied_network_gbps"], 45.0)
+
+    def test_docs_show_the_current_output(self):
+        # docs/multi-node.md prints the default tables; they must not drift from the script.
+        doc = os.path.join(os.path.dirname(SCRIPT), "..", "docs", "multi-node.md")
+        with open(doc, encoding="utf-8") as f:
+            self.assertIn(self.markdown, f.read(), "regenerate the tables in docs/multi-node.md")
 
     def test_bad_arguments_fail(self):
         for args in (["--nodes", "3"], ["--hidden", "100"], ["--topk", "0"], ["--tokens", "x"]):
