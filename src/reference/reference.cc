@@ -1,9 +1,9 @@
-// Plain-loop reference of dispatch, the identity expert, combine and decode mode's two calls. Per
-// wire format F (a trait of formats/codecs.h, chosen with formats::visit_format) rows are encoded
-// with formats::encode_row<F> and decoded element by element with formats::decode_elem<F>;
-// routing, ordering and the sums are written out here. Built with -ffp-contract=off
-// (moe_ep_exact_math): w * v + acc must stay a rounded product and a rounded sum, as in the
-// kernels.
+// Plain-loop reference of dispatch, the identity expert, combine (one node, and node by node over
+// several nodes) and decode mode's two calls. Per wire format F (a trait of formats/codecs.h,
+// chosen with formats::visit_format) rows are encoded with formats::encode_row<F> and decoded
+// element by element with formats::decode_elem<F>; routing, ordering and the sums are written
+// out here. Built with -ffp-contract=off (moe_ep_exact_math): w * v + acc must stay a rounded
+// product and a rounded sum, as in the kernels.
 #include "reference/reference.h"
 
 #include <algorithm>
