@@ -10,6 +10,7 @@
 // its node's rows of each token into one partial, rounds it to bf16 and sends it home encoded,
 // and the receiver sums node by node: its own node's rows (a sum of their own), then each other
 // node's partial, nodes ascending. With one node this is the rank-ascending sum.
+#include <algorithm>
 #include <vector>
 
 #include "backends/cpu/cpu_op.h"
