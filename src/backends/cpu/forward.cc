@@ -92,8 +92,10 @@ void CpuOp::forward_dispatch_rows() {
         const int64_t row = next_row[j]++;
         std::memcpy(dst.recv_payload.data() + row * payload,
                     mine.fwd_payload.data() + stage_row * payload, payload);
-        std::memcpy(dst.recv_scales.data() + row * scales,
-                    mine.fwd_scales.data() + stage_row * scales, scales);
+        if (scales > 0) {  // bf16 rows have no scales (and the buffers are empty)
+          std::memcpy(dst.recv_scales.data() + row * scales,
+                      mine.fwd_scales.data() + stage_row * scales, scales);
+        }
         local_slots(shape_, slots, dest, dst.recv_topk_idx.data() + row * k);
         std::memcpy(dst.recv_topk_weights.data() + row * k,
                     mine.fwd_topk_weights.data() + stage_row * k, sizeof(float) * k);
