@@ -3,7 +3,8 @@
 // host check, a device data scan, Op::reject) fails every rank's call before anything moves and
 // the op stays usable; calls out of step fail both sides and pair nothing; a rejected combine is
 // raised on the other ranks at their next entry; creations agree before anything collective (a
-// rejected configuration fails every rank at once, the next creation works; different
+// rejected configuration fails every rank at once, the next creation works; several nodes are
+// rejected on every rank; different
 // configurations fail after the bound naming the field); a rank that never joins gives Timeout,
 // not a hang. MOE_EP_TIMEOUT_S is 4 s in this binary.
 #include <gtest/gtest.h>
@@ -257,6 +258,31 @@ TEST_F(GpuAgreement, RejectedCreationFailsEveryRankAtOnceAndTheNextWorks) {
                   "topk=0 on rank 2, topk=2 on rank "},
                  r);
     EXPECT_LT(seconds[r], 3.0) << "rank " << r << " waited for the timeout";
+  }
+  check_round(c, world_size, after[0]);
+}
+
+TEST_F(GpuAgreement, SeveralNodesRejectedOnEveryRankAndTheNextCreationWorks) {
+  // The CUDA backend has no internode path yet (docs/design.md#several-nodes).
+  const int world_size = 4;
+  const OpConfig c = small_config(world_size);
+  std::vector<RankOutcome> first(world_size);
+  std::vector<RoundResult> after =
+      testing::make_round_results(world_size, {inputs_for(c, world_size, 9)});
+  auto comms = make_single_gpu_world(world_size);
+  testing::run_world(comms, [&](int rank, const std::shared_ptr<Communicator>& comm) {
+    OpConfig two_nodes = c;
+    two_nodes.ranks_per_node = 2;
+    first[rank] = testing::outcome_of([&] { create_op(comm, two_nodes); });
+    auto op = create_op(comm, c);
+    TestStream stream;
+    testing::gpu_round(*op, rank, world_size, after[0], {stream.s, stream.s});
+  });
+  for (int r = 0; r < world_size; ++r) {
+    expect_error(first[r], ErrorCode::kInvalidArgument,
+                 {"ranks_per_node=2 < world_size=4: several nodes are not yet supported by the "
+                  "CUDA backend"},
+                 r);
   }
   check_round(c, world_size, after[0]);
 }

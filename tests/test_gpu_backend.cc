@@ -77,17 +77,7 @@ std::vector<RoundResult> run_rounds_cuda(const OpConfig& config, int world_size,
 void expect_equal_rounds(const RoundResult& cuda, const RoundResult& cpu, int world_size) {
   for (int r = 0; r < world_size; ++r) {
     SCOPED_TRACE("rank " + std::to_string(r));
-    const DispatchOutputs& a = cuda.received[r];
-    const DispatchOutputs& b = cpu.received[r];
-    EXPECT_EQ(a.num_recv, b.num_recv);
-    expect_same("recv_x", a.recv_x, b.recv_x);
-    expect_same("recv_x_scales", a.recv_x_scales, b.recv_x_scales);
-    expect_same("recv_topk_idx", a.recv_topk_idx, b.recv_topk_idx);
-    expect_same("recv_topk_weights", a.recv_topk_weights, b.recv_topk_weights);
-    expect_same("recv_src_rank", a.recv_src_rank, b.recv_src_rank);
-    expect_same("recv_src_token", a.recv_src_token, b.recv_src_token);
-    expect_same("recv_count_per_local_expert", a.recv_count_per_local_expert,
-                b.recv_count_per_local_expert);
+    expect_same_dispatch(cuda.received[r], cpu.received[r]);
     expect_same("out", cuda.out[r], cpu.out[r]);
   }
 }

@@ -75,6 +75,19 @@ TEST(OpCache, KeyedByGroupToo) {
   EXPECT_EQ(cache.size(), 2u);
 }
 
+TEST(OpCache, KeyedByRanksPerNodeToo) {
+  // ranks_per_node is part of the configuration: 0 and 1 (both one node here) are two ops.
+  auto comm = single_rank();
+  OpCache cache;
+  OpConfig one = config_number(0);
+  one.ranks_per_node = 1;
+  const auto a = cache.get(comm, config_number(0));
+  const auto b = cache.get(comm, one);
+  EXPECT_NE(a, b);
+  EXPECT_EQ(cache.get(comm, one), b);
+  EXPECT_EQ(b->config().ranks_per_node, 1);
+}
+
 TEST(OpCache, EvictsLeastRecentlyUsed) {
   auto comm = single_rank();
   OpCache cache;

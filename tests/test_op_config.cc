@@ -126,7 +126,7 @@ TEST(OpConfig, DtypeEnumsOutOfRange) {
 TEST(OpConfig, EqualityCoversEveryField) {
   const OpConfig base = valid();
   EXPECT_TRUE(base == valid());
-  std::vector<OpConfig> changed(7, base);
+  std::vector<OpConfig> changed(10, base);
   changed[0].num_experts = 128;
   changed[1].hidden = 4096;
   changed[2].topk = 4;
@@ -134,6 +134,9 @@ TEST(OpConfig, EqualityCoversEveryField) {
   changed[4].dispatch_dtype = DispatchDtype::fp4;
   changed[5].combine_dtype = CombineDtype::fp8;
   changed[6].instance_id = 3;
+  changed[7].num_sms = 16;
+  changed[8].low_latency = true;
+  changed[9].ranks_per_node = 4;
   for (const OpConfig& c : changed) EXPECT_FALSE(c == base) << c.describe();
 }
 
@@ -141,6 +144,26 @@ TEST(OpConfig, Describe) {
   EXPECT_EQ(valid().describe(),
             "num_experts=64 hidden=7168 topk=8 max_tokens_per_rank=4096 "
             "dispatch_dtype=float8_blockwise combine_dtype=bfloat16 instance_id=0");
+}
+
+TEST(OpConfig, DescribeNamesRanksPerNodeWhenSet) {
+  OpConfig c = valid();
+  c.ranks_per_node = 4;
+  EXPECT_NE(c.describe().find(" ranks_per_node=4"), std::string::npos) << c.describe();
+}
+
+TEST(OpConfig, RanksPerNode) {
+  OpConfig c = valid();
+  for (int l : {0, 1, 2, 4, 8}) {
+    c.ranks_per_node = l;
+    EXPECT_NO_THROW(check_config(c, 8)) << "ranks_per_node=" << l;
+  }
+  c.ranks_per_node = 3;
+  expect_rejected(c, 8, {"ranks_per_node=3 does not divide world_size=8"});
+  c.ranks_per_node = -1;
+  expect_rejected(c, 8, {"ranks_per_node=-1 must be >= 0"});
+  c.ranks_per_node = 16;
+  expect_rejected(c, 8, {"ranks_per_node=16 exceeds world_size=8"});
 }
 
 TEST(OpConfig, BackendNames) {

@@ -50,6 +50,11 @@ struct OpConfig {
   // also holds E/W slabs of W * max_tokens_per_rank rows, which normal mode does not need, so an
   // op allocates them only when asked; decode calls on an op without them are rejected.
   bool low_latency = false;
+  // Several nodes (docs/design.md#several-nodes): ranks [n*L, (n+1)*L) form node n, one NVLink
+  // domain; nodes reach each other over the network. L must divide the world size; 0 (the
+  // default) means L = world size, one node. Dispatch outputs do not depend on it; combine sums
+  // each remote node's rows on that node first. The CUDA backend takes only L = world size.
+  int ranks_per_node = 0;
 
   bool operator==(const OpConfig& other) const;
   std::string describe() const;

@@ -433,7 +433,8 @@ def _communicator(group):
 
 def get_op(group, num_experts: int, top_k: int, hidden: int, max_tokens_per_rank: int,
            dispatch_dtype="auto", combine_dtype="auto", weight_dtype="bf16",
-           instance_id: int = 0, num_sms: int = 0, low_latency: bool = False) -> Op:
+           instance_id: int = 0, num_sms: int = 0, low_latency: bool = False,
+           ranks_per_node: int = 0) -> Op:
     """The op for this configuration, from the LRU cache (capacity 4) or created collectively.
 
     group: a torch.distributed ProcessGroup (CUDA backend, device torch.cuda.current_device())
@@ -442,7 +443,11 @@ def get_op(group, num_experts: int, top_k: int, hidden: int, max_tokens_per_rank
     process environment. num_sms: the op's SM budget on CUDA (0: MOE_EP_NUM_SMS or the
     default; ignored on CPU). low_latency: OpConfig::low_latency, the op also holds decode
     mode's per-expert slabs (E * max_tokens_per_rank rows) and takes the low_latency_* calls;
-    True or False only. The integers must be ints in int32 range. A configuration this
+    True or False only. ranks_per_node: OpConfig::ranks_per_node, ranks per node L (ranks
+    [n*L, (n+1)*L) form node n; L divides the world size; 0, the default, is one node); with
+    L < world size combine sums each other node's rows on that node first
+    (docs/design.md#several-nodes); the CPU backend only, and not with low_latency=True.
+    The integers must be ints in int32 range. A configuration this
     rank cannot even build (a bad dtype name, hidden=128.7) is told to the other ranks, whose
     creation fails at once with the reason; the next creation works.
     """
@@ -451,13 +456,13 @@ def get_op(group, num_experts: int, top_k: int, hidden: int, max_tokens_per_rank
         ints = [_int_arg(name, value) for name, value in (
             ("num_experts", num_experts), ("hidden", hidden), ("top_k", top_k),
             ("max_tokens_per_rank", max_tokens_per_rank), ("instance_id", instance_id),
-            ("num_sms", num_sms))]
+            ("num_sms", num_sms), ("ranks_per_node", ranks_per_node))]
         low_latency_ = _bool_arg("low_latency", low_latency)
         res = resolve_dtypes(weight_dtype, dispatch_dtype, combine_dtype, stacklevel=3)
     except Exception as e:  # noqa: BLE001 -- any refusal of this rank is the creation's
         _reject_create(comm, e)
         raise
-    e_, h_, k_, t_, instance_, sms_ = ints
+    e_, h_, k_, t_, instance_, sms_, nodes_ = ints
     with _lock:
         entry = _caches.get(key)
         if entry is None:
@@ -465,7 +470,7 @@ def get_op(group, num_experts: int, top_k: int, hidden: int, max_tokens_per_rank
     cache, cache_lock = entry
     with cache_lock:  # the C++ cache is one rank's and not thread-safe; see clear_op_cache
         raw = cache.get(comm, e_, h_, k_, t_, res.dispatch.value, res.combine.value, instance_,
-                        sms_, low_latency_)
+                        sms_, low_latency_, nodes_)
     with _lock:
         op = _wrappers.get(raw.uid)
         if op is None:

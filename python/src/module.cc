@@ -148,6 +148,7 @@ py::dict config_dict(const OpConfig& c) {
   out["instance_id"] = c.instance_id;
   out["num_sms"] = c.num_sms;
   out["low_latency"] = c.low_latency;
+  out["ranks_per_node"] = c.ranks_per_node;
   return out;
 }
 
@@ -360,7 +361,7 @@ std::shared_ptr<Op> released_without_gil(std::shared_ptr<Op> op) {
 
 OpConfig make_config(int num_experts, int hidden, int top_k, int max_tokens_per_rank,
                      const std::string& dispatch, const std::string& combine, int instance_id,
-                     int num_sms, bool low_latency) {
+                     int num_sms, bool low_latency, int ranks_per_node) {
   OpConfig c;
   c.num_experts = num_experts;
   c.hidden = hidden;
@@ -371,6 +372,7 @@ OpConfig make_config(int num_experts, int hidden, int top_k, int max_tokens_per_
   c.instance_id = instance_id;
   c.num_sms = num_sms;
   c.low_latency = low_latency;
+  c.ranks_per_node = ranks_per_node;
   return c;
 }
 
@@ -540,17 +542,19 @@ PYBIND11_MODULE(_C, m) {
           "get",
           [](OpCache& cache, const std::shared_ptr<Communicator>& comm, int num_experts, int hidden,
              int top_k, int max_tokens_per_rank, const std::string& dispatch,
-             const std::string& combine, int instance_id, int num_sms, bool low_latency) {
+             const std::string& combine, int instance_id, int num_sms, bool low_latency,
+             int ranks_per_node) {
             if (!comm) throw InvalidArgument("group is None; a communicator is required");
             const OpConfig config =
                 make_config(num_experts, hidden, top_k, max_tokens_per_rank, dispatch, combine,
-                            instance_id, num_sms, low_latency);
+                            instance_id, num_sms, low_latency, ranks_per_node);
             py::gil_scoped_release release;  // collective create: other ranks may be threads
             return released_without_gil(cache.get(comm, config));
           },
           py::arg("comm"), py::arg("num_experts"), py::arg("hidden"), py::arg("top_k"),
           py::arg("max_tokens_per_rank"), py::arg("dispatch_dtype"), py::arg("combine_dtype"),
-          py::arg("instance_id"), py::arg("num_sms") = 0, py::arg("low_latency") = false)
+          py::arg("instance_id"), py::arg("num_sms") = 0, py::arg("low_latency") = false,
+          py::arg("ranks_per_node") = 0)
       .def_property_readonly("size", &OpCache::size)
       .def_property_readonly("capacity", &OpCache::capacity)
       .def_property_readonly("eviction_log", &OpCache::eviction_log)

@@ -8,7 +8,8 @@ namespace {
 
 constexpr const char* kConfigFieldNames[kNumConfigFields] = {
     "world_size",     "num_experts",   "hidden",      "topk",    "max_tokens_per_rank",
-    "dispatch_dtype", "combine_dtype", "instance_id", "num_sms", "low_latency"};
+    "dispatch_dtype", "combine_dtype", "instance_id", "num_sms", "low_latency",
+    "ranks_per_node"};
 
 // A field's value as a message shows it: dtype enums by name when valid.
 std::string field_text(int field, int64_t value) {
@@ -70,7 +71,8 @@ ConfigValues config_values(const OpConfig& c, int world_size) {
           static_cast<int64_t>(c.combine_dtype),
           c.instance_id,
           c.num_sms,
-          c.low_latency ? 1 : 0};
+          c.low_latency ? 1 : 0,
+          c.ranks_per_node};
 }
 
 const char* config_field_name(int field) {

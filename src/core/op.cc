@@ -95,7 +95,7 @@ bool OpConfig::operator==(const OpConfig& other) const {
          max_tokens_per_rank == other.max_tokens_per_rank &&
          dispatch_dtype == other.dispatch_dtype && combine_dtype == other.combine_dtype &&
          instance_id == other.instance_id && num_sms == other.num_sms &&
-         low_latency == other.low_latency;
+         low_latency == other.low_latency && ranks_per_node == other.ranks_per_node;
 }
 
 std::string OpConfig::describe() const {
@@ -107,6 +107,7 @@ std::string OpConfig::describe() const {
      << " instance_id=" << instance_id;
   if (num_sms != 0) os << " num_sms=" << num_sms;
   if (low_latency) os << " low_latency=1";
+  if (ranks_per_node != 0) os << " ranks_per_node=" << ranks_per_node;
   return os.str();
 }
 
@@ -152,6 +153,15 @@ void check_config(const OpConfig& config, int world_size) {
   MOE_EP_CHECK_ARG(config.num_sms >= 0 && config.num_sms <= kMaxNumSms, "num_sms=", config.num_sms,
                    " must be in [0, ", kMaxNumSms,
                    "] (0 takes MOE_EP_NUM_SMS or the library default)");
+
+  // Nodes of L ranks each (docs/design.md#several-nodes); 0 is one node of every rank.
+  const int l = config.ranks_per_node;
+  MOE_EP_CHECK_ARG(l >= 0, "ranks_per_node=", l,
+                   " must be >= 0 (0: every rank on one node, i.e. world_size=", world_size, ")");
+  MOE_EP_CHECK_ARG(l <= world_size, "ranks_per_node=", l, " exceeds world_size=", world_size);
+  MOE_EP_CHECK_ARG(l == 0 || world_size % l == 0, "ranks_per_node=", l,
+                   " does not divide world_size=", world_size,
+                   " (every node must hold the same number of ranks)");
 }
 
 std::shared_ptr<Op> create_op(const std::shared_ptr<Communicator>& comm, const OpConfig& config) {

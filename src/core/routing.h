@@ -11,11 +11,20 @@
 namespace moe_ep {
 
 struct RoutingShape {
-  int world_size = 1;   // W
-  int num_experts = 1;  // E
-  int topk = 1;         // K
+  int world_size = 1;      // W
+  int num_experts = 1;     // E
+  int topk = 1;            // K
+  int ranks_per_node = 0;  // L, dividing W; 0 means W (one node)
   int experts_per_rank() const { return num_experts / world_size; }
   int owner(int expert) const { return expert / experts_per_rank(); }
+  // Nodes (docs/design.md#several-nodes): ranks [n*L, (n+1)*L) form node n.
+  int node_size() const { return ranks_per_node > 0 ? ranks_per_node : world_size; }
+  int num_nodes() const { return world_size / node_size(); }
+  int node_of(int rank) const { return rank / node_size(); }
+  int first_rank_of(int node) const { return node * node_size(); }
+  // The rank of `node` through which source `src` (on another node) reaches it: the one at src's
+  // position in its own node, so that each rank of a node talks to one rank of every other node.
+  int forwarder(int src, int node) const { return first_rank_of(node) + src % node_size(); }
 };
 
 // What one source rank sends: for every destination, its token indices in ascending order.

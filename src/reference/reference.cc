@@ -1,9 +1,9 @@
-// Plain-loop reference of dispatch, the identity expert, combine and decode mode's two calls. Per
-// wire format F (a trait of formats/codecs.h, chosen with formats::visit_format) rows are encoded
-// with formats::encode_row<F> and decoded element by element with formats::decode_elem<F>;
-// routing, ordering and the sums are written out here. Built with -ffp-contract=off
-// (moe_ep_exact_math): w * v + acc must stay a rounded product and a rounded sum, as in the
-// kernels.
+// Plain-loop reference of dispatch, the identity expert, combine (one node, and node by node over
+// several nodes) and decode mode's two calls. Per wire format F (a trait of formats/codecs.h,
+// chosen with formats::visit_format) rows are encoded with formats::encode_row<F> and decoded
+// element by element with formats::decode_elem<F>; routing, ordering and the sums are written
+// out here. Built with -ffp-contract=off (moe_ep_exact_math): w * v + acc must stay a rounded
+// product and a rounded sum, as in the kernels.
 #include "reference/reference.h"
 
 #include <algorithm>
@@ -115,6 +115,18 @@ std::vector<uint16_t> identity_expert_for(const Shape& s, const DispatchOutputs&
   return y;
 }
 
+// recv[r]'s row i names token t of src; throws unless 0 <= t < num_tokens.
+int64_t checked_token(const std::vector<DispatchOutputs>& recv, int r, int64_t i, int src,
+                      int64_t num_tokens) {
+  const int64_t t = recv[r].recv_src_token[i];
+  if (t < 0 || t >= num_tokens) {
+    throw Internal("reference::combine: row " + std::to_string(i) + " of rank " +
+                   std::to_string(r) + " names token " + std::to_string(t) + " of rank " +
+                   std::to_string(src) + ", which has " + std::to_string(num_tokens));
+  }
+  return t;
+}
+
 template <typename F>
 std::vector<uint16_t> combine_for(const Shape& s, const std::vector<DispatchOutputs>& recv,
                                   const std::vector<std::vector<uint16_t>>& y, int src,
@@ -127,12 +139,7 @@ std::vector<uint16_t> combine_for(const Shape& s, const std::vector<DispatchOutp
   for (int r = 0; r < s.ranks; ++r) {
     for (int64_t i = 0; i < recv[r].num_recv; ++i) {
       if (recv[r].recv_src_rank[i] != src) continue;
-      const int64_t t = recv[r].recv_src_token[i];
-      if (t < 0 || t >= num_tokens) {
-        throw Internal("reference::combine: row " + std::to_string(i) + " of rank " +
-                       std::to_string(r) + " names token " + std::to_string(t) + " of rank " +
-                       std::to_string(src) + ", which has " + std::to_string(num_tokens));
-      }
+      const int64_t t = checked_token(recv, r, i, src, num_tokens);
       formats::encode_row<F>(y[r].data() + i * s.hidden, s.hidden, payload.data(), scales.data());
       for (int64_t c = 0; c < s.hidden; ++c) {
         const float v = formats::decode_elem<F>(payload.data(), scales.data(), c);
@@ -142,6 +149,58 @@ std::vector<uint16_t> combine_for(const Shape& s, const std::vector<DispatchOutp
   }
   std::vector<uint16_t> out(num_tokens * s.hidden);  // [T, H] bf16 bits
   for (size_t i = 0; i < out.size(); ++i) out[i] = formats::float_to_bf16(acc[i]);
+  return out;
+}
+
+// Several nodes, token by token: for each node ascending, the fp32 sum of its ranks' decoded
+// rows in ascending rank; a node other than src's sends that partial as bf16, encoded, so the
+// source adds decode(encode(bf16(partial))); src's own node's sum is added as it is.
+template <typename F>
+std::vector<uint16_t> node_combine_for(const Shape& s, const std::vector<DispatchOutputs>& recv,
+                                       const std::vector<std::vector<uint16_t>>& y, int src,
+                                       int64_t num_tokens) {
+  const int per_node = s.ranks_per_node;
+  const int own_node = src / per_node;
+  // row_of[r][t]: the row of rank r that holds token t of src, or -1.
+  std::vector<std::vector<int64_t>> row_of(s.ranks, std::vector<int64_t>(num_tokens, -1));
+  for (int r = 0; r < s.ranks; ++r) {
+    for (int64_t i = 0; i < recv[r].num_recv; ++i) {
+      if (recv[r].recv_src_rank[i] == src)
+        row_of[r][checked_token(recv, r, i, src, num_tokens)] = i;
+    }
+  }
+  std::vector<uint8_t> payload(formats::payload_bytes_of<F>(s.hidden));  // one encoded row
+  RowScales<F> scales(s.hidden);
+  std::vector<float> partial(s.hidden);          // [H] fp32 sum over one node
+  std::vector<uint16_t> partial_bf16(s.hidden);  // [H] what a remote node sends, before encoding
+  std::vector<float> acc(s.hidden);              // [H] fp32 sum over nodes
+  std::vector<uint16_t> out(num_tokens * s.hidden);  // [T, H] bf16 bits
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    std::fill(acc.begin(), acc.end(), 0.0f);
+    for (int node = 0; node < s.ranks / per_node; ++node) {
+      std::fill(partial.begin(), partial.end(), 0.0f);
+      bool held = false;
+      for (int r = node * per_node; r < (node + 1) * per_node; ++r) {
+        const int64_t i = row_of[r][t];
+        if (i < 0) continue;
+        held = true;
+        formats::encode_row<F>(y[r].data() + i * s.hidden, s.hidden, payload.data(), scales.data());
+        for (int64_t c = 0; c < s.hidden; ++c) {
+          partial[c] = partial[c] + formats::decode_elem<F>(payload.data(), scales.data(), c);
+        }
+      }
+      if (!held) continue;
+      if (node != own_node) {  // over the network: bf16, then the combine wire format
+        for (int64_t c = 0; c < s.hidden; ++c) partial_bf16[c] = formats::float_to_bf16(partial[c]);
+        formats::encode_row<F>(partial_bf16.data(), s.hidden, payload.data(), scales.data());
+        for (int64_t c = 0; c < s.hidden; ++c) {
+          partial[c] = formats::decode_elem<F>(payload.data(), scales.data(), c);
+        }
+      }
+      for (int64_t c = 0; c < s.hidden; ++c) acc[c] = acc[c] + partial[c];
+    }
+    for (int64_t c = 0; c < s.hidden; ++c) out[t * s.hidden + c] = formats::float_to_bf16(acc[c]);
+  }
   return out;
 }
 
@@ -266,6 +325,22 @@ std::vector<uint16_t> combine(const Shape& shape, CombineDtype dtype,
                               const std::vector<DispatchOutputs>& recv,
                               const std::vector<std::vector<uint16_t>>& y, int src,
                               int64_t num_tokens) {
+  if (shape.ranks_per_node == 0 || shape.ranks_per_node == shape.ranks) {
+    return flat_combine(shape, dtype, recv, y, src, num_tokens);
+  }
+  if (shape.ranks_per_node < 0 || shape.ranks % shape.ranks_per_node != 0) {
+    throw Internal("reference::combine: ranks_per_node=" + std::to_string(shape.ranks_per_node) +
+                   " does not divide ranks=" + std::to_string(shape.ranks));
+  }
+  return formats::visit_format(dtype, [&](auto format) {
+    return node_combine_for<decltype(format)>(shape, recv, y, src, num_tokens);
+  });
+}
+
+std::vector<uint16_t> flat_combine(const Shape& shape, CombineDtype dtype,
+                                   const std::vector<DispatchOutputs>& recv,
+                                   const std::vector<std::vector<uint16_t>>& y, int src,
+                                   int64_t num_tokens) {
   return formats::visit_format(dtype, [&](auto format) {
     return combine_for<decltype(format)>(shape, recv, y, src, num_tokens);
   });

@@ -4,7 +4,7 @@
 // (formats/codecs.h: encode_row, decode_elem and the facts of each format) with the library;
 // routing, the canonical row order, the identity expert and the combine sums are written out
 // here again in plain loops over ranks, tokens and slots (docs/design.md: Dispatch, Combine,
-// Decode mode, Determinism and bit-exactness), so a bug in src/core or a backend cannot hide by
+// Several nodes, Decode mode, Determinism and bit-exactness), so a bug in src/core or a backend cannot hide by
 // being repeated in the expectation. Its functions take plain host arrays and structs. The header
 // also holds copy_outputs and copy_low_latency_outputs, which copy what an op's dispatch returned
 // into the same owned structs, so that both sides are compared field by field.
@@ -27,6 +27,9 @@ struct Shape {
   int hidden = 0;   // H
   int experts = 1;  // E, a multiple of W; rank r owns experts [r * E / W, (r + 1) * E / W)
   int topk = 1;     // K
+  // L: ranks [n*L, (n+1)*L) form node n (docs/design.md#several-nodes); 0 means W, one node.
+  // Only combine reads it: dispatch's outputs do not depend on it.
+  int ranks_per_node = 0;
 };
 
 // One source rank's inputs as host arrays. x holds bf16 rows; pre-quantized input instead sets
@@ -68,13 +71,23 @@ std::vector<uint16_t> identity_expert(const Shape& shape, DispatchDtype dtype,
                                       const DispatchOutputs& recv);
 
 // What combine must return on source rank `src` ([T, H] bf16 bits, T = num_tokens), given every
-// rank's received rows recv[r] and expert output y[r] ([R_r, H] bf16 bits): out[t] =
+// rank's received rows recv[r] and expert output y[r] ([R_r, H] bf16 bits). One node: out[t] =
 // bf16(sum over ranks r ascending that hold a row from (src, t) of decode(encode(y_r[row])))
-// in fp32 from 0.0f, rounded once; zeros for a token no rank holds.
+// in fp32 from 0.0f, rounded once; zeros for a token no rank holds. Several nodes
+// (shape.ranks_per_node < W): out[t] = bf16(sum over nodes n ascending that hold t of v_n) in
+// fp32 from 0.0f, where p_n = the fp32 sum from 0.0f over n's ranks r ascending that hold t of
+// decode(encode(y_r[row])); v_n = p_n on src's own node, else decode(encode(bf16(p_n))).
 std::vector<uint16_t> combine(const Shape& shape, CombineDtype dtype,
                               const std::vector<DispatchOutputs>& recv,
                               const std::vector<std::vector<uint16_t>>& y, int src,
                               int64_t num_tokens);
+
+// The one-node combine whatever shape.ranks_per_node says: the rank-ascending sum above. Tests
+// use it to show that the node order changes bits.
+std::vector<uint16_t> flat_combine(const Shape& shape, CombineDtype dtype,
+                                   const std::vector<DispatchOutputs>& recv,
+                                   const std::vector<std::vector<uint16_t>>& y, int src,
+                                   int64_t num_tokens);
 
 // Decode mode (docs/decode-mode.md): everything low_latency_dispatch returns on one rank, as
 // owned host arrays of the fixed shapes. Rows at or past a slab's count are zero bytes in recv_x

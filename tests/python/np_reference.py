@@ -403,26 +403,47 @@ def dispatch(inputs, num_experts, dispatch_dtype):
     return outputs
 
 
-def combine(ys, recv, num_tokens, combine_dtype):
+def combine(ys, recv, num_tokens, combine_dtype, ranks_per_node=0):
     """Reference combine for every source rank.
 
     ys: per destination rank r, [R_r, H] bf16 uint16 (row i = partial result of received row i).
     recv: the dispatch reference outputs (for recv_src_rank / recv_src_token).
     num_tokens: T_s per source rank. Returns per source rank [T_s, H] bf16 uint16.
+    ranks_per_node: L (0: one node of every rank). With L < W (docs/design.md#several-nodes)
+    each node n first sums, in fp32 and ascending rank, the decoded rows of its ranks into p_n;
+    a node other than the source's sends decode(encode(bf16(p_n))), the source's own node adds
+    p_n as it is, and the source sums the nodes in ascending order, in fp32, then bf16.
     """
     w = len(ys)
     h = np.asarray(ys[0]).shape[1]
-    sums = [np.zeros((t, h), dtype=np.float32) for t in num_tokens]
-    for r in range(w):  # ascending destination rank: the order of the fp32 sum
+    per_node = ranks_per_node or w
+    decoded = []  # per rank r: its rows encoded and decoded, [R_r, H] float32
+    for r in range(w):
         y = np.ascontiguousarray(ys[r], dtype=np.uint16).reshape(-1, h)
         payload, scales = encode(combine_dtype, y)
         with np.errstate(invalid="ignore", over="ignore"):
-            dec = decode(combine_dtype, payload, scales)
-            for s in range(w):
-                rows = np.nonzero(recv[r]["recv_src_rank"] == s)[0]
-                toks = recv[r]["recv_src_token"][rows]
-                sums[s][toks] = sums[s][toks] + dec[rows]  # tokens are distinct per r
-    return [f32_to_bf16(acc) for acc in sums]
+            decoded.append(decode(combine_dtype, payload, scales))
+    out = []
+    for s, t_s in enumerate(num_tokens):
+        acc = np.zeros((t_s, h), dtype=np.float32)
+        with np.errstate(invalid="ignore", over="ignore"):
+            for node in range(w // per_node):  # ascending node: the order of the outer sum
+                part = np.zeros((t_s, h), dtype=np.float32)
+                held = np.zeros(t_s, dtype=bool)
+                for r in range(node * per_node, (node + 1) * per_node):  # ascending rank
+                    rows = np.nonzero(recv[r]["recv_src_rank"] == s)[0]
+                    toks = recv[r]["recv_src_token"][rows]
+                    part[toks] = part[toks] + decoded[r][rows]  # tokens are distinct per r
+                    held[toks] = True
+                if per_node == w:  # one node: the rank-ascending sum itself
+                    acc = part
+                    continue
+                if node != s // per_node and held.any():  # network: bf16, then the wire
+                    payload, scales = encode(combine_dtype, f32_to_bf16(part[held]))
+                    part[held] = decode(combine_dtype, payload, scales)
+                acc[held] = acc[held] + part[held]
+        out.append(f32_to_bf16(acc))
+    return out
 
 
 # ---------------------------------------------------------------------------------------------

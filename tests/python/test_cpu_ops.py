@@ -87,7 +87,8 @@ def run_pipeline(run_ranks, cfg, rounds, ypools, world=None):
 
     def rank_fn(rank):
         op = moe_ep.get_op(world.communicator(rank), cfg["E"], cfg["K"], cfg["H"], cfg["max_t"],
-                           dispatch_dtype=cfg["d"], combine_dtype=cfg["c"])
+                           dispatch_dtype=cfg["d"], combine_dtype=cfg["c"],
+                           ranks_per_node=cfg.get("L", 0))
         got = []
         for i, inputs in enumerate(rounds):
             args, kwargs = dispatch_args(inputs[rank])
@@ -106,7 +107,8 @@ def check_pipeline(got, cfg, rounds, ypools):
     for i, inputs in enumerate(rounds):
         exp_recv = ref.dispatch(inputs, cfg["E"], dfmt)
         ys = [ypools[i][r][:exp_recv[r]["num_recv"]] for r in range(len(inputs))]
-        exp_out = ref.combine(ys, exp_recv, [len(inp["topk_idx"]) for inp in inputs], cfmt)
+        exp_out = ref.combine(ys, exp_recv, [len(inp["topk_idx"]) for inp in inputs], cfmt,
+                              ranks_per_node=cfg.get("L", 0))
         for r in range(len(inputs)):
             where = f"round {i} rank {r} ({dfmt}/{cfmt})"
             check_dispatch(got[r][i][0], exp_recv[r], where)
@@ -114,8 +116,8 @@ def check_pipeline(got, cfg, rounds, ypools):
     return exp_recv
 
 
-def config(d, c, e=E, k=K, h=H, max_t=MAX_T):
-    return {"E": e, "K": k, "H": h, "max_t": max_t, "d": d, "c": c}
+def config(d, c, e=E, k=K, h=H, max_t=MAX_T, ranks_per_node=0):
+    return {"E": e, "K": k, "H": h, "max_t": max_t, "d": d, "c": c, "L": ranks_per_node}
 
 
 # ---------------------------------------------------------------------------------------------

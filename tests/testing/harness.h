@@ -23,7 +23,7 @@ using reference::DispatchOutputs;
 
 // The reference's shape of an op of `world_size` ranks.
 inline reference::Shape reference_shape(const OpConfig& c, int world_size) {
-  return reference::Shape{world_size, c.hidden, c.num_experts, c.topk};
+  return reference::Shape{world_size, c.hidden, c.num_experts, c.topk, c.ranks_per_node};
 }
 
 // Every rank's inputs as the reference's host arrays; they point into `inputs`, which must
@@ -144,23 +144,28 @@ void expect_same(const std::string& what, const std::vector<T>& actual,
   }
 }
 
-// Checks one round: every rank's dispatch outputs and combine output against the reference.
+// Every output of one rank's dispatch, bit for bit.
+inline void expect_same_dispatch(const DispatchOutputs& got, const DispatchOutputs& want) {
+  EXPECT_EQ(got.num_recv, want.num_recv);
+  expect_same("recv_x", got.recv_x, want.recv_x);
+  expect_same("recv_x_scales", got.recv_x_scales, want.recv_x_scales);
+  expect_same("recv_topk_idx", got.recv_topk_idx, want.recv_topk_idx);
+  expect_same("recv_topk_weights", got.recv_topk_weights, want.recv_topk_weights);
+  expect_same("recv_src_rank", got.recv_src_rank, want.recv_src_rank);
+  expect_same("recv_src_token", got.recv_src_token, want.recv_src_token);
+  expect_same("recv_count_per_local_expert", got.recv_count_per_local_expert,
+              want.recv_count_per_local_expert);
+}
+
+// Checks one round: every rank's dispatch outputs and combine output against the reference
+// (with config.ranks_per_node: dispatch as one node, combine node by node).
 inline void check_round(const OpConfig& config, int world_size, const RoundResult& res,
                         uint64_t expected_call_seq = 1) {
   const Expected expected = expect_round(config, world_size, res.inputs);
   for (int r = 0; r < world_size; ++r) {
     SCOPED_TRACE("dispatch on rank " + std::to_string(r));
-    const DispatchOutputs& got = res.received[r];
     const DispatchOutputs& want = expected.received[r];
-    EXPECT_EQ(got.num_recv, want.num_recv);
-    expect_same("recv_x", got.recv_x, want.recv_x);
-    expect_same("recv_x_scales", got.recv_x_scales, want.recv_x_scales);
-    expect_same("recv_topk_idx", got.recv_topk_idx, want.recv_topk_idx);
-    expect_same("recv_topk_weights", got.recv_topk_weights, want.recv_topk_weights);
-    expect_same("recv_src_rank", got.recv_src_rank, want.recv_src_rank);
-    expect_same("recv_src_token", got.recv_src_token, want.recv_src_token);
-    expect_same("recv_count_per_local_expert", got.recv_count_per_local_expert,
-                want.recv_count_per_local_expert);
+    expect_same_dispatch(res.received[r], want);
     const Handle& h = res.handles[r];
     EXPECT_EQ(h.op_uid, res.op_uids[r]);
     EXPECT_EQ(h.call_seq, expected_call_seq);

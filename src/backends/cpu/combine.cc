@@ -5,6 +5,12 @@
 // token); after "combine/exchange" the receiver decodes, for each of its tokens, the rows of the
 // ranks it was sent to in ascending rank order and sums them in fp32 from 0.0f, then rounds to
 // bf16. A token sent nowhere (every slot masked) is never touched and comes out as zeros.
+// With several nodes (docs/design.md#several-nodes) a row for a source on another node goes to
+// the forwarder of this node for that source instead; after "combine/forward" the forwarder sums
+// its node's rows of each token into one partial, rounds it to bf16 and sends it home encoded,
+// and the receiver sums node by node: its own node's rows (a sum of their own), then each other
+// node's partial, nodes ascending. With one node this is the rank-ascending sum.
+#include <algorithm>
 #include <vector>
 
 #include "backends/cpu/cpu_op.h"
@@ -41,52 +47,96 @@ void CpuOp::combine(const Handle& handle, const TensorView& y, const TensorView&
   publish_and_settle(verdict);
   guarded([&] {
     send_combine_rows(y);
+    if (several_nodes()) {
+      sync("combine/forward");  // every row for another node is at its forwarder
+      forward_combine_partials();
+    }
     sync("combine/exchange");  // every partial result has landed
     receive_combine(plan_, latest_.num_tokens, out);
   });
 }
 
-// Sender role: received row i came from (src rank, src token); its partial result goes back to
-// that rank's combine buffer at row (this rank, src token), encoded as the wire carries it.
+// Sender role: received row i came from (src rank, src token); its partial result goes back,
+// encoded as the wire carries it, to that rank's combine buffer at row (this rank, src token)
+// when src is on this node, else to the forwarder of this node for src (forward.cc).
 void CpuOp::send_combine_rows(const TensorView& y) {
   const int64_t h = config_.hidden;
   const int64_t max_tokens = config_.max_tokens_per_rank;
   const int64_t payload = payload_bytes(config_.combine_dtype, h);  // bytes per row
   const int64_t scales = scale_bytes(config_.combine_dtype, h);     // bytes per row
   const uint16_t* y_rows = y.ptr<uint16_t>();                       // [num_recv, hidden] bf16
+  const int node = shape_.node_of(rank_);
+  const int position = rank_ - shape_.first_rank_of(node);  // this rank's place in its node
   formats::visit_format(config_.combine_dtype, [&](auto format) {
     using F = decltype(format);
     for (int64_t i = 0; i < latest_.num_recv; ++i) {
-      RankBuffers& dst = shared_->buffers[route_src_rank_[i]];
-      const int64_t row = rank_ * max_tokens + route_src_token_[i];
-      formats::encode_row<F>(
-          y_rows + i * h, h, dst.combine_payload.data() + row * payload,
-          reinterpret_cast<typename F::Scale*>(dst.combine_scales.data() + row * scales));
+      const int src = route_src_rank_[i];
+      const int64_t t = route_src_token_[i];
+      uint8_t* payload_row = nullptr;
+      uint8_t* scale_row = nullptr;
+      if (shape_.node_of(src) == node) {
+        RankBuffers& dst = shared_->buffers[src];
+        const int64_t row = rank_ * max_tokens + t;
+        payload_row = dst.combine_payload.data() + row * payload;
+        scale_row = dst.combine_scales.data() + row * scales;
+      } else {
+        RankBuffers& dst = shared_->buffers[shape_.forwarder(src, node)];
+        const int64_t row =
+            fwd_combine_row(position, shape_.node_of(src), shape_.num_nodes(), max_tokens, t);
+        payload_row = dst.fwd_combine_payload.data() + row * payload;
+        scale_row = dst.fwd_combine_scales.data() + row * scales;
+      }
+      formats::encode_row<F>(y_rows + i * h, h, payload_row,
+                             reinterpret_cast<typename F::Scale*>(scale_row));
     }
   });
 }
 
-// Receiver role, in both modes: out[t] = bf16(sum over the destination ranks r of t in `plan`,
-// ascending, of decode(row(r, t))) with the sum in fp32 starting from 0.0f.
+// Receiver role, in both modes: with `plan` naming the destination ranks of each token,
+// out[t] = bf16(sum over nodes n ascending of v_n) in fp32 from 0.0f, where v_n of this rank's
+// own node is the fp32 sum from 0.0f over its ranks r of t, ascending, of decode(row(r, t)), and
+// v_n of another node n holding t is decode(row(f, t)), the partial of n's forwarder f for this
+// rank. With one node, out[t] = bf16(0.0f + v_own): the rank-ascending sum (v_own is never -0.0f,
+// a sum from +0.0f, so adding it to +0.0f changes no bit).
 void CpuOp::receive_combine(const SendPlan& plan, int64_t num_tokens, const TensorView& out) {
   const int64_t h = config_.hidden;
   const int64_t max_tokens = config_.max_tokens_per_rank;
   const int64_t payload = payload_bytes(config_.combine_dtype, h);  // bytes per row
   const int64_t scales = scale_bytes(config_.combine_dtype, h);     // bytes per row
   const RankBuffers& mine = shared_->buffers[rank_];
-  std::vector<float> sums(num_tokens * h, 0.0f);  // [num_tokens, hidden]
-  std::vector<float> decoded(h);                  // [hidden]
+  const int own_node = shape_.node_of(rank_);
+  std::vector<float> sums(num_tokens * h, 0.0f);      // [num_tokens, hidden]
+  std::vector<float> own_sums(num_tokens * h, 0.0f);  // [num_tokens, hidden] v_own
+  std::vector<uint8_t> held(num_tokens);              // [num_tokens] node n holds token t
+  std::vector<float> decoded(h);                      // [hidden]
   formats::visit_format(config_.combine_dtype, [&](auto format) {
     using F = decltype(format);
-    for (int r = 0; r < world_size_; ++r) {
-      for (const int32_t t : plan.tokens_per_dest[r]) {
-        const int64_t row = r * max_tokens + t;
-        formats::decode_row<F>(
-            mine.combine_payload.data() + row * payload,
-            reinterpret_cast<const typename F::Scale*>(mine.combine_scales.data() + row * scales),
-            h, decoded.data());
+    // Adds decode(row) of this rank's combine buffer to acc ([hidden]).
+    const auto add_row = [&](int64_t row, float* acc) {
+      formats::decode_row<F>(
+          mine.combine_payload.data() + row * payload,
+          reinterpret_cast<const typename F::Scale*>(mine.combine_scales.data() + row * scales), h,
+          decoded.data());
+      for (int64_t j = 0; j < h; ++j) acc[j] += decoded[j];
+    };
+    for (int node = 0; node < shape_.num_nodes(); ++node) {
+      std::fill(held.begin(), held.end(), 0);
+      const bool own = node == own_node;
+      for (int r = shape_.first_rank_of(node); r < shape_.first_rank_of(node + 1); ++r) {
+        for (const int32_t t : plan.tokens_per_dest[r]) {
+          held[t] = 1;
+          if (own) add_row(r * max_tokens + t, own_sums.data() + t * h);
+        }
+      }
+      const int forwarder = shape_.forwarder(rank_, node);
+      for (int64_t t = 0; t < num_tokens; ++t) {
+        if (!held[t]) continue;
         float* sum = sums.data() + t * h;
-        for (int64_t j = 0; j < h; ++j) sum[j] += decoded[j];
+        if (own) {
+          for (int64_t j = 0; j < h; ++j) sum[j] += own_sums[t * h + j];
+        } else {
+          add_row(forwarder * max_tokens + t, sum);
+        }
       }
     }
   });

@@ -27,6 +27,19 @@ void allocate_buffers(RankBuffers& buf, const OpConfig& config, int world_size) 
   buf.recv_count_per_local_expert.assign(config.num_experts / world_size, 0);
   buf.combine_payload.assign(rows * payload_bytes(config.combine_dtype, h), 0);
   buf.combine_scales.assign(rows * scale_bytes(config.combine_dtype, h), 0);
+  // Several nodes, only when there are: the forwarder's staging of W * Tmax dispatch rows and
+  // L * (W/L) * Tmax = W * Tmax combine rows.
+  const int node_size = config.ranks_per_node > 0 ? config.ranks_per_node : world_size;
+  if (node_size < world_size) {
+    buf.fwd_payload.assign(rows * payload_bytes(config.dispatch_dtype, h), 0);
+    buf.fwd_scales.assign(rows * scale_bytes(config.dispatch_dtype, h), 0);
+    buf.fwd_topk_idx.assign(rows * config.topk, -1);
+    buf.fwd_topk_weights.assign(rows * config.topk, 0.0f);
+    buf.fwd_src_token.assign(rows, -1);
+    buf.fwd_count.assign(world_size, 0);
+    buf.fwd_combine_payload.assign(rows * payload_bytes(config.combine_dtype, h), 0);
+    buf.fwd_combine_scales.assign(rows * scale_bytes(config.combine_dtype, h), 0);
+  }
   // Decode mode, only when asked for: staging of W * Tmax rows, and E/W slabs of W * Tmax rows
   // each (E * Tmax rows).
   if (!config.low_latency) return;
@@ -56,6 +69,16 @@ const char* publish_phase(CallKind kind) {
   return "unknown call/publish";
 }
 
+// What the CPU backend does not implement of a valid configuration: decode mode over several
+// nodes (docs/design.md#several-nodes).
+void check_backend_support(const OpConfig& config, int world_size) {
+  const bool several_nodes = config.ranks_per_node > 0 && config.ranks_per_node < world_size;
+  MOE_EP_CHECK_ARG(!(several_nodes && config.low_latency), "ranks_per_node=", config.ranks_per_node,
+                   " < world_size=", world_size,
+                   " with low_latency=true: decode mode over several nodes is not supported by "
+                   "the cpu backend (use low_latency=false, or ranks_per_node=0)");
+}
+
 const CpuCommunicator& cpu_communicator(const std::shared_ptr<Communicator>& comm) {
   const auto* cpu_comm = dynamic_cast<const CpuCommunicator*>(comm.get());
   MOE_EP_CHECK_ARG(cpu_comm != nullptr,
@@ -71,6 +94,7 @@ std::shared_ptr<Op> create_op(const std::shared_ptr<Communicator>& comm, const O
   WorldState& world = cpu_comm.world();
   try {
     check_config(config, cpu_comm.size());
+    check_backend_support(config, cpu_comm.size());
   } catch (const InvalidArgument& e) {
     world.reject_create(cpu_comm.rank(), e.what(), config);
     throw;
@@ -87,7 +111,7 @@ void reject_create(const std::shared_ptr<Communicator>& comm, const std::string&
 CpuOp::CpuOp(std::shared_ptr<OpShared> shared, int rank, int world_size, const OpConfig& config)
     : OpBase(config, rank, world_size),
       shared_(std::move(shared)),
-      shape_{world_size, config.num_experts, config.topk},
+      shape_{world_size, config.num_experts, config.topk, config.ranks_per_node},
       num_syncs_(1),  // the allocation barrier
       counts_(world_size, std::vector<int64_t>(world_size, 0)) {}
 
@@ -181,7 +205,15 @@ std::vector<MemoryRange> CpuOp::owned_memory() const {
           range(b.slab_count),
           range(b.slab_src_rank),
           range(b.slab_src_token),
-          range(b.slab_src_slot)};
+          range(b.slab_src_slot),
+          range(b.fwd_payload),
+          range(b.fwd_scales),
+          range(b.fwd_topk_idx),
+          range(b.fwd_topk_weights),
+          range(b.fwd_src_token),
+          range(b.fwd_count),
+          range(b.fwd_combine_payload),
+          range(b.fwd_combine_scales)};
 }
 
 }  // namespace moe_ep::cpu_backend

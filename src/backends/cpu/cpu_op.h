@@ -7,6 +7,9 @@
 //   2. sender role: store this rank's rows into the destination ranks' receive buffers;
 //      barrier "<call>/exchange": all stores are done (and inputs may be released);
 //   3. receiver role: finish the outputs from this rank's own buffers.
+// With several nodes (ranks_per_node < W, docs/design.md#several-nodes) the sender role reaches
+// other nodes only through their forwarders: it stages rows there, barrier "<call>/forward",
+// and the forwarder role passes them on before "<call>/exchange" (forward.cc).
 // Timeouts and other failures after step 1 poison the op (errors.h, poisons_op). A decode call
 // made with return_recv_hook stops after its sends (steps 1 and 2 up to the barrier); its
 // receive call passes "<call>/exchange" and does step 3 (docs/decode-mode.md#overlap-hooks).
@@ -62,6 +65,20 @@ class CpuOp : public OpBase {
   void send_dispatch_rows(const DispatchArgs& args, const SendPlan& plan);
   DispatchResult receive_dispatch();
 
+  // Shared by the sender roles: writes token t of `args` in the dispatch wire format (encoded,
+  // or copied when pre-quantized) into one payload row and one scale row.
+  void write_dispatch_row(const DispatchArgs& args, int64_t t, uint8_t* payload_row,
+                          uint8_t* scale_row) const;
+
+  // Several nodes (forward.cc). Sender: stages this rank's tokens bound for each other node at
+  // that node's forwarder, once per node. Forwarder: stores the staged rows into its node's
+  // receive buffers at their canonical rows, remembering the routes; in combine, sums the rows
+  // its node returns for each forwarded token and sends the partial home.
+  bool several_nodes() const { return shape_.num_nodes() > 1; }
+  void stage_dispatch_rows(const DispatchArgs& args, const SendPlan& plan);
+  void forward_dispatch_rows();
+  void forward_combine_partials();
+
   // Combine (combine.cc). receive_combine serves both modes: out[t] sums the rows of the ranks
   // that `plan` sent token t to.
   void check_combine_args(const Handle& handle, const TensorView& y, const TensorView& out) const;
@@ -85,6 +102,10 @@ class CpuOp : public OpBase {
   std::vector<std::vector<int64_t>> counts_;  // [W src][W dst] rows of the dispatch
   std::vector<int32_t> route_src_rank_;       // [num_recv] private copy of recv_src_rank
   std::vector<int32_t> route_src_token_;      // [num_recv] private copy of recv_src_token
+  // As a forwarder (several nodes): for each source s served, the tokens forwarded (ascending)
+  // and which ranks of this node took each.
+  std::vector<std::vector<int32_t>> forward_tokens_;  // [W][n_s]
+  std::vector<std::vector<uint8_t>> forward_to_;      // [W][n_s, L] 1 if rank j of the node did
 
   // State of the latest successful low-latency dispatch (latest_low_latency_ is the handle), in
   // private copies: n indexes the received (source rank, token) pairs in canonical order.

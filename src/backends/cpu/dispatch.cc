@@ -4,7 +4,9 @@
 // are exchanged at "dispatch/publish". The sender
 // then stores each routed token once per destination rank, at that rank's canonical row (source
 // rank, then source token), in the dispatch wire format; after "dispatch/exchange" the receiver
-// counts rows per local expert and returns views of its buffers.
+// counts rows per local expert and returns views of its buffers. With several nodes, rows for
+// another node go through its forwarder (forward.cc) and land at the same canonical rows, with
+// the same bytes.
 #include <cstring>
 
 #include "backends/cpu/cpu_op.h"
@@ -78,6 +80,11 @@ DispatchResult CpuOp::dispatch(const DispatchArgs& args) {
     }
     const int64_t num_tokens = post_of(rank_).num_tokens;
     send_dispatch_rows(args, plan);
+    if (several_nodes()) {
+      stage_dispatch_rows(args, plan);
+      sync("dispatch/forward");  // every row for another node is staged; inputs may go
+      forward_dispatch_rows();
+    }
     sync("dispatch/exchange");  // every row has landed; inputs may go
     plan_ = std::move(plan);
     latest_ = Handle{uid_, verdict.call, num_tokens, 0};
@@ -86,43 +93,50 @@ DispatchResult CpuOp::dispatch(const DispatchArgs& args) {
   return result;
 }
 
-// Sender role: this rank's tokens go to every destination rank that owns one of their experts,
-// at rows recv_offset(src = this rank) + position in the destination's list.
+void CpuOp::write_dispatch_row(const DispatchArgs& args, int64_t t, uint8_t* payload_row,
+                               uint8_t* scale_row) const {
+  const int64_t h = config_.hidden;
+  const int64_t payload = payload_bytes(config_.dispatch_dtype, h);  // bytes per row
+  const int64_t scales = scale_bytes(config_.dispatch_dtype, h);     // bytes per row
+  if (args.x.dtype != ScalarType::kBFloat16) {  // pre-quantized: the bytes travel as given
+    std::memcpy(payload_row, args.x.ptr<uint8_t>() + t * payload, payload);
+    std::memcpy(scale_row, args.x_scales.ptr<uint8_t>() + t * scales, scales);
+    return;
+  }
+  formats::visit_format(config_.dispatch_dtype, [&](auto format) {
+    using F = decltype(format);
+    formats::encode_row<F>(args.x.ptr<uint16_t>() + t * h, h, payload_row,
+                           reinterpret_cast<typename F::Scale*>(scale_row));
+  });
+}
+
+// Sender role: this rank's tokens go to every destination rank of its own node that owns one of
+// their experts, at rows recv_offset(src = this rank) + position in the destination's list.
+// Destinations on other nodes are reached through their forwarders (stage_dispatch_rows).
 void CpuOp::send_dispatch_rows(const DispatchArgs& args, const SendPlan& plan) {
   const int64_t h = config_.hidden;
   const int k = config_.topk;
   const int64_t payload = payload_bytes(config_.dispatch_dtype, h);  // bytes per row
   const int64_t scales = scale_bytes(config_.dispatch_dtype, h);     // bytes per row
-  const bool prequantized = args.x.dtype != ScalarType::kBFloat16;
-  const int32_t* topk_idx = args.topk_idx.ptr<int32_t>();      // [T, K]
-  const float* topk_weights = args.topk_weights.ptr<float>();  // [T, K]
+  const int32_t* topk_idx = args.topk_idx.ptr<int32_t>();            // [T, K]
+  const float* topk_weights = args.topk_weights.ptr<float>();        // [T, K]
 
-  formats::visit_format(config_.dispatch_dtype, [&](auto format) {
-    using F = decltype(format);
-    for (int dest = 0; dest < world_size_; ++dest) {
-      RankBuffers& dst = shared_->buffers[dest];
-      const int64_t first_row = recv_offset(counts_, rank_, dest);
-      const std::vector<int32_t>& tokens = plan.tokens_per_dest[dest];
-      for (size_t i = 0; i < tokens.size(); ++i) {
-        const int64_t t = tokens[i];
-        const int64_t row = first_row + static_cast<int64_t>(i);
-        uint8_t* payload_row = dst.recv_payload.data() + row * payload;
-        uint8_t* scale_row = dst.recv_scales.data() + row * scales;
-        if (prequantized) {
-          std::memcpy(payload_row, args.x.ptr<uint8_t>() + t * payload, payload);
-          std::memcpy(scale_row, args.x_scales.ptr<uint8_t>() + t * scales, scales);
-        } else {
-          formats::encode_row<F>(args.x.ptr<uint16_t>() + t * h, h, payload_row,
-                                 reinterpret_cast<typename F::Scale*>(scale_row));
-        }
-        local_slots(shape_, topk_idx + t * k, dest, dst.recv_topk_idx.data() + row * k);
-        std::memcpy(dst.recv_topk_weights.data() + row * k, topk_weights + t * k,
-                    sizeof(float) * k);
-        dst.recv_src_rank[row] = rank_;
-        dst.recv_src_token[row] = static_cast<int32_t>(t);
-      }
+  const int node = shape_.node_of(rank_);
+  for (int dest = shape_.first_rank_of(node); dest < shape_.first_rank_of(node + 1); ++dest) {
+    RankBuffers& dst = shared_->buffers[dest];
+    const int64_t first_row = recv_offset(counts_, rank_, dest);
+    const std::vector<int32_t>& tokens = plan.tokens_per_dest[dest];
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      const int64_t t = tokens[i];
+      const int64_t row = first_row + static_cast<int64_t>(i);
+      write_dispatch_row(args, t, dst.recv_payload.data() + row * payload,
+                         dst.recv_scales.data() + row * scales);
+      local_slots(shape_, topk_idx + t * k, dest, dst.recv_topk_idx.data() + row * k);
+      std::memcpy(dst.recv_topk_weights.data() + row * k, topk_weights + t * k, sizeof(float) * k);
+      dst.recv_src_rank[row] = rank_;
+      dst.recv_src_token[row] = static_cast<int32_t>(t);
     }
-  });
+  }
 }
 
 // Receiver role: every peer's rows are in place; count rows per local expert, keep the route

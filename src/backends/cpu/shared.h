@@ -56,7 +56,29 @@ struct RankBuffers {
   std::vector<int32_t> slab_src_rank;   // [E/W, W*Tmax], -1 past the count
   std::vector<int32_t> slab_src_token;  // [E/W, W*Tmax], -1 past the count
   std::vector<int32_t> slab_src_slot;   // [E/W, W*Tmax], -1 past the count
+
+  // Several nodes (docs/design.md#several-nodes), only when ranks_per_node L < W. This rank as
+  // the forwarder of its node for the sources s of other nodes at its own position (s mod L).
+  // Dispatch: row (s, i) is the i-th token (ascending) that s sends to this node, stored once
+  // however many of this node's ranks take it, with its global expert ids.
+  std::vector<uint8_t> fwd_payload;     // [W, Tmax, dispatch payload bytes]
+  std::vector<uint8_t> fwd_scales;      // [W, Tmax, dispatch scale bytes]
+  std::vector<int32_t> fwd_topk_idx;    // [W, Tmax, K] global expert id or -1
+  std::vector<float> fwd_topk_weights;  // [W, Tmax, K]
+  std::vector<int32_t> fwd_src_token;   // [W, Tmax]
+  std::vector<int32_t> fwd_count;       // [W] rows source s staged, written by s
+  // Combine: row (j, m, t) is what rank j of this node returns for token t of the source this
+  // rank forwards for on node m, in the combine wire format (fwd_combine_row).
+  std::vector<uint8_t> fwd_combine_payload;  // [L, W/L, Tmax, combine payload bytes]
+  std::vector<uint8_t> fwd_combine_scales;   // [L, W/L, Tmax, combine scale bytes]
 };
+
+// Row of fwd_combine_* for what rank `j` of the forwarder's node (0 <= j < L) returns for token
+// `token` of the source the forwarder serves on node `src_node`.
+inline int64_t fwd_combine_row(int j, int src_node, int num_nodes, int64_t max_tokens,
+                               int64_t token) {
+  return (static_cast<int64_t>(j) * num_nodes + src_node) * max_tokens + token;
+}
 
 // What a rank publishes before a barrier: at creation, whether it could allocate its buffers;
 // per call, the identity of its call and its verdict (core/agreement.h) and, for dispatch, its

@@ -144,6 +144,11 @@ std::shared_ptr<Op> create_op(const std::shared_ptr<Communicator>& comm, const O
     check_config(config, cuda->size());
     MOE_EP_CHECK_ARG(cuda->size() <= Policy::kMaxPeers, "world_size=", cuda->size(),
                      " exceeds the CUDA backend's limit of ", Policy::kMaxPeers, " ranks");
+    // Several nodes (docs/design.md#several-nodes) need the forwarding path, not built yet.
+    MOE_EP_CHECK_ARG(config.ranks_per_node == 0 || config.ranks_per_node == cuda->size(),
+                     "ranks_per_node=", config.ranks_per_node, " < world_size=", cuda->size(),
+                     ": several nodes are not yet supported by the CUDA backend (use "
+                     "ranks_per_node=0, one node)");
     num_sms = resolve_num_sms(config, *cuda);
   } catch (const InvalidArgument& e) {
     rejection = e.what();
