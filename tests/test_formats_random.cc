@@ -387,7 +387,7 @@ TEST(FormatsRandom, Fp8BlockRowMatchesFormula) {
     std::vector<float> scales(kN / kFp8BlockSize);  // [kN / 128]
     encode_row<Fp8BlockWire>(x.data(), kN, payload.data(), scales.data());
     for (int b = 0; b < kN / kFp8BlockSize; ++b) {
-      float amax = 0.0f;  // DESIGN: max |x_i| skipping NaN
+      float amax = 0.0f;  // docs/design.md: max |x_i| skipping NaN
       for (int i = b * 128; i < (b + 1) * 128; ++i) {
         const float v = std::fabs(bf16_to_float(x[i]));
         if (!std::isnan(v)) amax = std::max(amax, v);

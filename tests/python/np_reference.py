@@ -1,6 +1,6 @@
 """Plain-numpy reference of the moe-ep contract, independent of the library under test.
 
-This module re-implements, from the definitions in DESIGN sections 1-4 and docs/formats.md, the
+This module re-implements, from the definitions in docs/design.md and docs/formats.md, the
 scalar conversions (bf16 <-> float32 with round-to-nearest-even and NaN -> 0x7fc0, OCP e4m3 with
 saturation to 448 and ties to the even code, OCP e2m1 saturating at 6, e8m0), the per-row wire
 formats (fp8 blockwise with the FLT_MAX clamp of the encode multiplier, fp8 direct cast with
