@@ -1,7 +1,8 @@
 """Randomized soak of moe_ep's CPU backend from Python against the numpy reference.
 
-Each episode draws a world (1..6 ranks, one Python thread each), a configuration (experts,
-top-k, hidden, max tokens, one of the 9 dtype pairs) and a few rounds of inputs: ranks with no
+Each episode draws a world (1..6 ranks, one Python thread each; in about a third of them split
+into nodes, ranks_per_node), a configuration (experts, top-k, hidden, max tokens, a dtype pair)
+and a few rounds of inputs: ranks with no
 tokens, masked slots, rows sent nowhere, pre-quantized x, duplicate expert ids, NaN and Inf in x,
 in the weights and in y, caller-given and allocated outputs. Every rank runs dispatch and
 combine on them; every output of every rank is compared bit for bit with np_reference.py. The
@@ -107,6 +108,10 @@ class Episode:
         self.h = hidden_for(rng, self.d, self.c)
         self.max_t = int(rng.integers(1, 33))
         self.instance_id = int(rng.integers(0, 3))
+        # Several nodes (docs/design.md#several-nodes) in about a third of the episodes: L, a
+        # divisor of W below it; 0 (one node) otherwise.
+        splits = [d for d in range(1, self.w) if self.w % d == 0]
+        self.l = int(rng.choice(splits)) if splits and rng.random() < 0.35 else 0
         self.rounds = []     # per round: per rank inputs (np_reference's form)
         self.ypools = []     # per round: per rank [W * max_t, H] bf16 bits
         self.give_out = []   # per round: per rank, whether combine gets an out
@@ -138,7 +143,8 @@ class Episode:
 
     def describe(self):
         return (f"episode {self.number}: W={self.w} E={self.e} K={self.k} H={self.h} "
-                f"max_t={self.max_t} {self.d}/{self.c} instance_id={self.instance_id}, "
+                f"max_t={self.max_t} {self.d}/{self.c} instance_id={self.instance_id} "
+                f"ranks_per_node={self.l}, "
                 f"{len(self.rounds)} rounds")
 
 
@@ -149,7 +155,8 @@ def rank_body(ep, world, rank):
     """One rank's calls: per round ("ok", snapshot, out, out is the given one) or
     ("rejected", message). Rounds go on after a rejection, as every rank's did."""
     op = moe_ep.get_op(world.communicator(rank), ep.e, ep.k, ep.h, ep.max_t,
-                       dispatch_dtype=ep.d, combine_dtype=ep.c, instance_id=ep.instance_id)
+                       dispatch_dtype=ep.d, combine_dtype=ep.c, instance_id=ep.instance_id,
+                       ranks_per_node=ep.l)
     got = []
     for i, inputs in enumerate(ep.rounds):
         inp = inputs[rank]
@@ -229,7 +236,8 @@ def check(ep, results):
                               f"{[results[r][i][1] for r in range(ep.w) if kinds[r] != 'ok']}")
         exp = ref.dispatch(inputs, ep.e, ep.d)
         ys = [ep.ypools[i][r][:exp[r]["num_recv"]] for r in range(ep.w)]
-        outs = ref.combine(ys, exp, [len(inp["topk_idx"]) for inp in inputs], ep.c)
+        outs = ref.combine(ys, exp, [len(inp["topk_idx"]) for inp in inputs], ep.c,
+                           ranks_per_node=ep.l)
         for r in range(ep.w):
             _, snap, out, out_is_given = results[r][i]
             if snap["num_recv"] != exp[r]["num_recv"]:
