@@ -1,5 +1,6 @@
 # Tests of the `moe-ep` command line (docs/bench.md), labelled `cpu`: small checked benches that
-# must end in "# wrong: 0 OK" (normal and decode mode), the --json output of both modes,
+# must end in "# wrong: 0 OK" (normal and decode mode), the --json output of both modes (one token
+# size, and a --tokens list),
 # `moe-ep config`, and one test per bad argument
 # asserting exit code 2 and a single stderr line that names the argument and the value.
 # The drivers are tests/cli/*.sh; each test runs in well under 10 s on two cores.
@@ -96,6 +97,21 @@ add_test(NAME cli_bench_decode_json
                  ${CMAKE_CURRENT_BINARY_DIR}/cli_bench_decode_json)
 set_tests_properties(cli_bench_decode_json PROPERTIES LABELS cpu TIMEOUT 60)
 
+# --tokens LIST: one command runs every pair at each size (1 and 8 tokens per rank), in both
+# modes; the table gains a tokens column and the JSON has the rows of both sizes, each with
+# max_tokens = its size, or --max-tokens when given (bench_tokens_json.sh).
+foreach(mode normal decode)
+  add_test(NAME cli_bench_tokens_list_${mode}
+           COMMAND bash ${MOE_EP_CLI_DIR}/bench_tokens_json.sh ${mode} ${MOE_EP_CLI}
+                   ${CMAKE_CURRENT_BINARY_DIR}/cli_bench_tokens_list_${mode})
+  set_tests_properties(cli_bench_tokens_list_${mode} PROPERTIES LABELS cpu TIMEOUT 60
+                       ENVIRONMENT "MOE_EP_VALIDATE=1")
+endforeach()
+# 0 tokens stays valid inside a list (a rank without tokens, as with --tokens 0).
+moe_ep_cli_ok(bench_tokens_list_zero "tokens 0,3/rank" "# wrong: 0 OK" --
+              ${MOE_EP_CLI} bench --backend cpu --mode decode --ranks 2 --experts 4 --topk 2
+              --tokens 0,3 --dispatch-dtype bf16 --combine-dtype bf16 ${small})
+
 # moe-ep config: resolution, sources, warnings, knobs.
 moe_ep_cli_ok(config_fp4 "mxfp4_blockwise" "float8_blockwise" "auto: weights mxfp4" "knobs:"
               "MOE_EP_TIMEOUT_S" -- ${MOE_EP_CLI} config --weights fp4)
@@ -144,6 +160,18 @@ moe_ep_cli_error(decode_baseline_nccl 2 "--baseline=nccl" "--mode decode" "none"
                  ${MOE_EP_CLI} bench --mode decode --baseline nccl --backend cpu)
 moe_ep_cli_error(decode_tokens_above_max 2 "--tokens=64" "32" --
                  ${MOE_EP_CLI} bench --mode decode --tokens 64 --max-tokens 32)
+# --tokens LIST: every value is checked, and the message names the bad one.
+moe_ep_cli_error(tokens_negative 2 "--tokens=-1" ">= 0" -- ${MOE_EP_CLI} bench --tokens=-1)
+moe_ep_cli_error(tokens_list_negative 2 "--tokens=-1" ">= 0" --
+                 ${MOE_EP_CLI} bench --mode decode --tokens 4,-1)
+moe_ep_cli_error(tokens_list_not_integer 2 "--tokens=4,x" "'x' is not an integer" --
+                 ${MOE_EP_CLI} bench --mode decode --tokens 4,x)
+moe_ep_cli_error(tokens_list_empty_item 2 "--tokens=4,,8" "'' is not an integer" --
+                 ${MOE_EP_CLI} bench --tokens 4,,8)
+moe_ep_cli_error(tokens_list_above_max 2 "--tokens=8" "--max-tokens=4" --
+                 ${MOE_EP_CLI} bench --mode decode --tokens 1,8 --max-tokens 4)
+moe_ep_cli_error(tokens_above_max_4 2 "--tokens=8" "--max-tokens=4" --
+                 ${MOE_EP_CLI} bench --mode decode --tokens 8 --max-tokens 4)
 moe_ep_cli_error(unknown_option 2 "--bogus" -- ${MOE_EP_CLI} bench --bogus)
 moe_ep_cli_error(no_command 2 "subcommand" -- ${MOE_EP_CLI})
 moe_ep_cli_error(config_env_bogus 2 "MOE_EP_DISPATCH_DTYPE" "bogus" --

@@ -1,11 +1,13 @@
 // `moe-ep bench` (docs/bench.md): the options on the CLI11 app, then plan (every check before any
 // rank starts) -> inputs -> run pair by pair, printing each row as it finishes -> footer and
-// JSON. Exit 0 when every checked element matched, 1 when any differs. --mode decode times decode
+// JSON. With a --tokens list, each size gets its own inputs and ops, one size after the other.
+// Exit 0 when every checked element matched, 1 when any differs. --mode decode times decode
 // mode's low_latency_dispatch / low_latency_combine instead of dispatch / combine.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <charconv>
 #include <iostream>
+#include <iterator>
 
 #include "bench_backend.h"
 #include "bench_options.h"
@@ -41,6 +43,18 @@ void add_int(CLI::App* cmd, const std::string& flag, std::optional<int>& target,
       ->type_name("INT");
 }
 
+// The items of a comma-separated list ("8,16,32"); an empty item stays, to be rejected.
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> items;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t comma = std::min(text.find(',', start), text.size());
+    items.push_back(text.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return items;
+}
+
 void add_double(CLI::App* cmd, const std::string& flag, double& target, const std::string& help) {
   cmd->add_option_function<std::string>(
          flag,
@@ -67,14 +81,20 @@ int run(const BenchOptions& options, LogBuffer& logs) {
   const std::vector<std::shared_ptr<Communicator>> comms = backend->communicators(plan.shape.ranks);
   const std::optional<double> floor = backend->link_floor_gbps();
   print_header(std::cout, plan, backend->describe(plan.shape.ranks));
-  const BenchInputs inputs = make_bench_inputs(plan);
 
+  // One token size at a time: its inputs, then every (SMs, dispatch, combine) of the plan.
+  std::vector<PairResult> results;
   std::vector<PairMetrics> metrics;
-  const std::vector<PairResult> results =
-      run_bench(plan, *backend, comms, inputs, [&](const PairResult& result) {
-        metrics.push_back(pair_metrics(plan, inputs.remote_rows, result, floor));
-        print_row(std::cout, result, metrics.back());
-      });
+  for (int tokens : plan.token_sizes) {
+    const BenchPlan sized = plan_at_tokens(plan, tokens);
+    const BenchInputs inputs = make_bench_inputs(sized);
+    std::vector<PairResult> sized_results =
+        run_bench(sized, *backend, comms, inputs, [&](const PairResult& result) {
+          metrics.push_back(pair_metrics(sized, inputs.remote_rows, result, floor));
+          print_row(std::cout, plan, result, metrics.back());
+        });
+    std::move(sized_results.begin(), sized_results.end(), std::back_inserter(results));
+  }
   const int64_t wrong = print_footer(std::cout, plan, results);
   if (!plan.json_path.empty()) write_json(plan.json_path, plan, backend_name, results, metrics);
   return wrong == 0 ? 0 : 1;
@@ -95,11 +115,34 @@ CommandFn add_bench_command(CLI::App& app) {
   cmd->add_option("--backend", o.backend,
                   "auto|cpu|cuda; auto = cuda when built with CUDA and a GPU is visible");
   add_int(cmd, "--ranks", o.ranks, "ranks (threads on cpu, GPUs on cuda); cpu 4, cuda all GPUs");
-  add_int(cmd, "--tokens", o.tokens, "tokens per rank; cpu 128, cuda 4096, --mode decode 128");
+  cmd->add_option_function<std::string>(
+         "--tokens",
+         [&o](const std::string& v) {
+           // One integer keeps the message of every int option; a list names the whole value.
+           o.tokens.clear();
+           const std::vector<std::string> items = split_list(v);
+           if (items.size() == 1) {
+             o.tokens.push_back(parse_number<int>("--tokens", v, "an integer"));
+             return;
+           }
+           for (const std::string& item : items) {
+             try {
+               o.tokens.push_back(parse_number<int>("--tokens", item, "an integer"));
+             } catch (const CLI::ValidationError&) {
+               throw CLI::ValidationError("--tokens=" + v + ": '" + item +
+                                          "' is not an integer; want a comma-separated list of "
+                                          "integers, e.g. 1,32,128");
+             }
+           }
+         },
+         "tokens per rank, or a list (e.g. 1,32,128): every pair runs once per size, each size "
+         "with its own op; cpu 128, cuda 4096, --mode decode 128")
+      ->type_name("LIST");
   add_int(cmd, "--hidden", o.hidden, "hidden size H; cpu 2048, cuda 7168");
   add_int(cmd, "--experts", o.experts, "experts E (a multiple of --ranks); cpu 64, cuda 256");
   add_int(cmd, "--topk", o.topk, "experts per token K; 8");
-  add_int(cmd, "--max-tokens", o.max_tokens, "max_tokens_per_rank of the op; default --tokens");
+  add_int(cmd, "--max-tokens", o.max_tokens,
+          "max_tokens_per_rank of the op, >= every --tokens size; default each size");
   cmd->add_option("--dispatch-dtype", o.dispatch_dtype,
                   "all|auto|" + valid_dispatch_values() + "; default all");
   cmd->add_option("--combine-dtype", o.combine_dtype,
@@ -126,12 +169,9 @@ CommandFn add_bench_command(CLI::App& app) {
          "--num-sms",
          [&o](const std::string& v) {
            o.num_sms.clear();
-           size_t start = 0;
-           while (start <= v.size()) {
-             const size_t comma = std::min(v.find(',', start), v.size());
-             o.num_sms.push_back(parse_number<int>("--num-sms", v.substr(start, comma - start),
-                                                   "a comma-separated list of integers"));
-             start = comma + 1;
+           for (const std::string& item : split_list(v)) {
+             o.num_sms.push_back(
+                 parse_number<int>("--num-sms", item, "a comma-separated list of integers"));
            }
          },
          "SM budgets, e.g. 8,16,32: every pair runs once per budget (OpConfig::num_sms; "

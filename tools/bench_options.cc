@@ -127,6 +127,13 @@ OpConfig op_config(const BenchPlan& plan, const DtypePair& pair) {
   return config;
 }
 
+BenchPlan plan_at_tokens(const BenchPlan& plan, int tokens) {
+  BenchPlan sized = plan;
+  sized.shape.tokens = tokens;
+  if (!plan.max_tokens_given) sized.max_tokens = tokens > 0 ? tokens : 1;
+  return sized;
+}
+
 BenchPlan plan_bench(const BenchOptions& o) {
   BenchPlan plan;
   plan.mode = parse_mode(o.mode);
@@ -186,13 +193,19 @@ BenchPlan plan_bench(const BenchOptions& o) {
   const int visible_gpus = plan.backend == Backend::kCuda ? cuda_device_count() : 0;
   InputShape& s = plan.shape;
   s.ranks = o.ranks.value_or(plan.backend == Backend::kCuda ? visible_gpus : d.ranks);
-  s.tokens = o.tokens.value_or(plan.mode == BenchMode::kDecode ? kDecodeTokens : d.tokens);
+  plan.token_sizes = o.tokens;
+  if (plan.token_sizes.empty()) {
+    plan.token_sizes = {plan.mode == BenchMode::kDecode ? kDecodeTokens : d.tokens};
+  }
+  plan.tokens_column = plan.token_sizes.size() > 1;
+  s.tokens = plan.token_sizes.front();
   s.hidden = o.hidden.value_or(d.hidden);
   s.experts = o.experts.value_or(d.experts);
   s.topk = o.topk.value_or(d.topk);
   s.masked_fraction = o.masked_fraction;
   s.x_std = o.x_std;
   s.seed = o.seed;
+  plan.max_tokens_given = o.max_tokens.has_value();
   plan.max_tokens = o.max_tokens.value_or(s.tokens > 0 ? s.tokens : 1);
   plan.iters = o.iters.value_or(d.iters);
   plan.warmup = o.warmup.value_or(d.warmup);
@@ -205,7 +218,7 @@ BenchPlan plan_bench(const BenchOptions& o) {
                  "ranks must be <= " + std::to_string(visible_gpus) +
                      ", the number of visible CUDA devices (one rank per GPU)");
   }
-  check_at_least("--tokens", s.tokens, 0, "tokens");
+  for (int tokens : plan.token_sizes) check_at_least("--tokens", tokens, 0, "tokens");
   check_at_least("--iters", plan.iters, 1, "iters");
   check_at_least("--warmup", plan.warmup, 0, "warmup");
   if (!(o.masked_fraction >= 0.0 && o.masked_fraction <= 1.0)) {
@@ -230,17 +243,21 @@ BenchPlan plan_bench(const BenchOptions& o) {
     }
     plan.pairs = std::move(runs);
   }
-  for (const DtypePair& pair : plan.pairs) {
-    try {
-      check_config(op_config(plan, pair), s.ranks);
-    } catch (const InvalidArgument& error) {
-      rethrow_config_error(error, plan);
+  // Every pair's op at every token size (max_tokens follows the size unless --max-tokens).
+  for (int tokens : plan.token_sizes) {
+    const BenchPlan sized = plan_at_tokens(plan, tokens);
+    for (const DtypePair& pair : sized.pairs) {
+      try {
+        check_config(op_config(sized, pair), s.ranks);
+      } catch (const InvalidArgument& error) {
+        rethrow_config_error(error, sized);
+      }
     }
-  }
-  if (s.tokens > plan.max_tokens) {
-    bad_argument("--tokens", std::to_string(s.tokens),
-                 "tokens=" + std::to_string(s.tokens) + " is above --max-tokens=" +
-                     std::to_string(plan.max_tokens) + " (max_tokens_per_rank)");
+    if (tokens > sized.max_tokens) {
+      bad_argument("--tokens", std::to_string(tokens),
+                   "tokens=" + std::to_string(tokens) + " is above --max-tokens=" +
+                       std::to_string(sized.max_tokens) + " (max_tokens_per_rank)");
+    }
   }
   // Writable, without creating the file: a run that fails writes nothing.
   if (!plan.json_path.empty()) {

@@ -3,6 +3,8 @@
 // backend, shape defaults (a seconds-long CPU shape, or DeepSeek-V3 on every visible GPU, with 128
 // tokens per rank in decode mode), the list of (dispatch, combine) pairs, and every rule checked
 // before anything runs. A rejected option raises InvalidArgument "--flag=value: rule" (exit 2).
+// --tokens and --num-sms take lists: every (tokens, SMs, dispatch, combine) combination runs
+// once, token sizes outermost.
 #pragma once
 
 #include <cstdint>
@@ -19,7 +21,8 @@ namespace moe_ep::cli {
 struct BenchOptions {
   std::string mode = "normal";   // normal|decode
   std::string backend = "auto";  // auto|cpu|cuda
-  std::optional<int> ranks, tokens, hidden, experts, topk, max_tokens, iters, warmup;
+  std::optional<int> ranks, hidden, experts, topk, max_tokens, iters, warmup;
+  std::vector<int> tokens;  // --tokens 1,32,128: one run per size, in order; empty: the default
   std::string dispatch_dtype = "all";  // all|auto|<dtype>
   std::string combine_dtype = "all";
   std::string weights = "bf16";  // drives `auto`
@@ -49,6 +52,11 @@ struct BenchPlan {
   Backend backend = Backend::kCpu;
   InputShape shape;    // ranks, tokens per rank, hidden, experts, topk, masked fraction, seed
   int max_tokens = 0;  // max_tokens_per_rank of the op (Tmax of the slabs in decode mode)
+  // Every token size of the run, in order (--tokens LIST; one entry without a list). shape.tokens
+  // and max_tokens are those of the first; plan_at_tokens gives the plan of each.
+  std::vector<int> token_sizes;
+  bool max_tokens_given = false;  // --max-tokens given: every size's op uses it, else its size
+  bool tokens_column = false;     // several token sizes: the table shows the size
   int iters = 0;
   int warmup = 0;
   bool check = true;
@@ -60,6 +68,10 @@ struct BenchPlan {
 };
 
 BenchPlan plan_bench(const BenchOptions& options);
+
+// The plan of one token size of `plan`: shape.tokens = tokens and max_tokens = --max-tokens if
+// given, else tokens (1 for 0 tokens).
+BenchPlan plan_at_tokens(const BenchPlan& plan, int tokens);
 
 // The op configuration of one pair (low_latency set in decode mode).
 OpConfig op_config(const BenchPlan& plan, const DtypePair& pair);

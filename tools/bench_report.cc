@@ -4,6 +4,7 @@
 #include "bench_report.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -53,17 +54,26 @@ PairMetrics pair_metrics(const BenchPlan& plan, int64_t remote_rows, const PairR
 
 void print_header(std::ostream& os, const BenchPlan& plan, const std::string& backend) {
   const InputShape& s = plan.shape;
+  // One size: "tokens 8/rank (max 16)"; a list: "tokens 1,8/rank (max 16)", or "(max = tokens)"
+  // when each size's op has max_tokens_per_rank = its size.
+  std::vector<int64_t> slab_rows;  // W * Tmax of each size (decode mode)
+  for (int tokens : plan.token_sizes) {
+    slab_rows.push_back(static_cast<int64_t>(s.ranks) * plan_at_tokens(plan, tokens).max_tokens);
+  }
+  const std::string max = plan.tokens_column && !plan.max_tokens_given
+                              ? std::string("= tokens")
+                              : std::to_string(plan.max_tokens);
   os << fmt::format(
       "# moe-ep bench: mode {}, backend {}, ranks {}, tokens {}/rank (max {}), hidden {}, "
       "experts {}, topk {}, masked {:g}, x_std {:g}, iters {}, warmup {}, seed {}, check {}\n",
-      to_string(plan.mode), backend, s.ranks, s.tokens, plan.max_tokens, s.hidden, s.experts,
-      s.topk, s.masked_fraction, s.x_std, plan.iters, plan.warmup, s.seed,
+      to_string(plan.mode), backend, s.ranks, fmt::join(plan.token_sizes, ","), max, s.hidden,
+      s.experts, s.topk, s.masked_fraction, s.x_std, plan.iters, plan.warmup, s.seed,
       plan.check ? "on" : "off");
   if (plan.mode == BenchMode::kDecode) {
     os << fmt::format(
         "# decode mode: low_latency_dispatch / low_latency_combine (ops with low_latency=true), "
         "{} slabs of W*Tmax = {} rows per rank; expert y = bf16(decoded slab row)\n",
-        s.experts / s.ranks, static_cast<int64_t>(s.ranks) * plan.max_tokens);
+        s.experts / s.ranks, fmt::join(slab_rows, ","));
   }
   for (const std::string& note : plan.notes) os << "# " << note << "\n";
   os << "# times: median over iterations of the slowest rank; MB: bytes per rank per leg sent "
@@ -73,6 +83,7 @@ void print_header(std::ostream& os, const BenchPlan& plan, const std::string& ba
           "peer, self included, same statistic; d_x, comb_x: nccl / moe-ep time (> 1: moe-ep "
           "faster)\n";
   }
+  if (plan.tokens_column) os << fmt::format("{:>6} ", "tokens");
   if (plan.sms_column) os << fmt::format("{:>4} ", "sms");
   os << fmt::format("{:<8} {:<15} {:>10} {:>10} {:>8} {:>8} {:>9} {:>9} {:>7} {:>7} {:>9} {:>7}",
                     "dispatch", "combine", "disp_us", "comb_us", "disp_MB", "comb_MB", "disp_GB/s",
@@ -83,8 +94,9 @@ void print_header(std::ostream& os, const BenchPlan& plan, const std::string& ba
   os << "\n" << std::flush;
 }
 
-void print_row(std::ostream& os, const PairResult& r, const PairMetrics& m) {
+void print_row(std::ostream& os, const BenchPlan& plan, const PairResult& r, const PairMetrics& m) {
   const std::string wrong = r.wrong ? std::to_string(*r.wrong) : std::string("-");
+  if (plan.tokens_column) os << fmt::format("{:>6} ", r.tokens);
   if (r.pair.num_sms != 0) os << fmt::format("{:>4} ", r.pair.num_sms);
   os << fmt::format(
       "{:<8} {:<15} {:>10.1f} {:>10.1f} {:>8.3f} {:>8.3f} {:>9.2f} {:>9.2f} {:>7} {:>7} {:>9.3g} "
@@ -109,8 +121,9 @@ int64_t print_footer(std::ostream& os, const BenchPlan& plan,
     for (const std::string& note : r.notes) {
       ++total_notes;
       if (printed++ < kMaxNotes) {
-        os << "# mismatch " << short_name(r.pair.dispatch) << "/" << short_name(r.pair.combine)
-           << ": " << note << "\n";
+        os << "# mismatch " << short_name(r.pair.dispatch) << "/" << short_name(r.pair.combine);
+        if (plan.tokens_column) os << " at " << r.tokens << " tokens";
+        os << ": " << note << "\n";
       }
     }
   }
@@ -136,8 +149,8 @@ void write_json(const std::string& path, const BenchPlan& plan, const std::strin
     record["backend"] = backend;
     record["mode"] = to_string(plan.mode);
     record["ranks"] = s.ranks;
-    record["tokens"] = s.tokens;
-    record["max_tokens"] = plan.max_tokens;
+    record["tokens"] = r.tokens;
+    record["max_tokens"] = r.max_tokens;
     record["hidden"] = s.hidden;
     record["experts"] = s.experts;
     record["topk"] = s.topk;

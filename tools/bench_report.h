@@ -3,7 +3,8 @@
 // same rows as a JSON array for --json. With --baseline nccl the table gains the NCCL times and
 // the ratios nccl / moe-ep per leg, and each JSON record nccl_dispatch_us and nccl_combine_us;
 // without it both stay as they were. The header and every JSON record name the mode (normal or
-// decode); the columns are the same in both modes.
+// decode); the columns are the same in both modes. With several --tokens sizes the table gains a
+// `tokens` column; every JSON record has `tokens` and `max_tokens` (those of its row).
 #pragma once
 
 #include <cstdint>
@@ -36,7 +37,9 @@ PairMetrics pair_metrics(const BenchPlan& plan, int64_t remote_rows, const PairR
                          std::optional<double> link_floor_gbps);
 
 void print_header(std::ostream& os, const BenchPlan& plan, const std::string& backend);
-void print_row(std::ostream& os, const PairResult& result, const PairMetrics& metrics);
+// The row of one run; the plan says which optional columns the table has (tokens, sms).
+void print_row(std::ostream& os, const BenchPlan& plan, const PairResult& result,
+               const PairMetrics& metrics);
 // Prints the mismatch notes (at most a few) and the footer; returns the total of wrong elements.
 int64_t print_footer(std::ostream& os, const BenchPlan& plan,
                      const std::vector<PairResult>& results);

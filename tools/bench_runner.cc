@@ -362,7 +362,7 @@ bool is_secondary(const std::exception_ptr& error) {
 }
 
 // The failure to report: the first rank whose error is its own, else the first that failed.
-void rethrow_root_cause(const PairShared& shared, const DtypePair& pair) {
+void rethrow_root_cause(const PairShared& shared, const BenchPlan& plan, const DtypePair& pair) {
   int chosen = -1;
   for (int pass = 0; pass < 2 && chosen < 0; ++pass) {
     for (size_t r = 0; r < shared.errors.size() && chosen < 0; ++r) {
@@ -372,8 +372,11 @@ void rethrow_root_cause(const PairShared& shared, const DtypePair& pair) {
     }
   }
   if (chosen < 0) return;
+  const std::string tokens =
+      plan.tokens_column ? fmt::format(" at {} tokens", plan.shape.tokens) : std::string();
   const std::string where = std::string("bench ") + short_name(pair.dispatch) + "/" +
-                            short_name(pair.combine) + ": rank " + std::to_string(chosen) + ": ";
+                            short_name(pair.combine) + tokens + ": rank " + std::to_string(chosen) +
+                            ": ";
   try {
     std::rethrow_exception(shared.errors[chosen]);
   } catch (const std::exception& e) {
@@ -449,10 +452,12 @@ std::vector<PairResult> run_bench(const BenchPlan& plan, BenchBackend& backend,
       });
     }
     for (std::thread& t : threads) t.join();
-    rethrow_root_cause(shared, pair);
+    rethrow_root_cause(shared, plan, pair);
 
     PairResult result;
     result.pair = pair;
+    result.tokens = s.tokens;
+    result.max_tokens = plan.max_tokens;
     result.dispatch_us = median_of_slowest(shared.times[0]);
     result.combine_us = median_of_slowest(shared.times[1]);
     if (plan.nccl_baseline) {

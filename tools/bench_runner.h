@@ -20,6 +20,8 @@ namespace moe_ep::cli {
 
 struct PairResult {
   DtypePair pair;
+  int tokens = 0;            // tokens per rank of the run (the plan's shape.tokens)
+  int max_tokens = 0;        // max_tokens_per_rank of its op
   double dispatch_us = 0.0;  // median over iterations of the slowest rank
   double combine_us = 0.0;
   std::optional<double> nccl_dispatch_us;  // --baseline nccl: same statistic; nullopt without

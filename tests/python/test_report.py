@@ -5,9 +5,10 @@ files to the report and checks that it writes accuracy.png and time_per_leg.png 
 pixel size (1000 x 600, read from the PNG header), and that summary.json holds exactly the series
 expected from the records: one accuracy series per (dispatch, combine) pair with one point per
 token size at the pair's wire bytes per element, and one timing series per pair and leg. A single
-token size writes no timing plot. The moe-ep binary comes from MOE_EP_BIN (tests/python.cmake sets
-it); without it the test skips. MOE_EP_BIN is not passed on: the library warns about MOE_EP_*
-variables it does not know.
+token size writes no timing plot. One bench command with `--tokens 4,16` gives one file that
+feeds the same plots, with the accuracy points of the two separate runs. The moe-ep binary comes
+from MOE_EP_BIN (tests/python.cmake sets it); without it the test skips. MOE_EP_BIN is not
+passed on: the library warns about MOE_EP_* variables it does not know.
 """
 
 import json
@@ -28,9 +29,11 @@ BYTES = {"bfloat16": 2.0, "float8_blockwise": 1.03125, "float8_direct_cast": 1.0
 
 
 def bench(tmp_path, tokens):
-    path = tmp_path / f"bench_t{tokens}.json"
+    """Runs the bench at `tokens` (an int, or a list run as --tokens A,B in one command)."""
+    sizes = ",".join(map(str, tokens)) if isinstance(tokens, (list, tuple)) else str(tokens)
+    path = tmp_path / f"bench_t{sizes.replace(',', '_')}.json"
     subprocess.run([MOE_EP, "bench", "--backend", "cpu", "--ranks", "2", "--experts", "4",
-                    "--topk", "2", "--hidden", "256", "--tokens", str(tokens), "--iters", "2",
+                    "--topk", "2", "--hidden", "256", "--tokens", sizes, "--iters", "2",
                     "--warmup", "0", "--seed", "5", "--json", str(path)],
                    check=True, capture_output=True, text=True, timeout=120, env=ENV)
     with open(path) as f:
@@ -102,3 +105,28 @@ def test_report_with_one_token_size_has_no_timing_plot(tmp_path):
     assert len(summary["accuracy"]["series"]) == 12
     assert any("one token size" in n for n in summary["notes"]), summary["notes"]
     assert "note: one token size" in result.stdout
+
+
+def test_report_of_one_command_with_several_token_sizes(tmp_path):
+    path, records = bench(tmp_path, list(TOKENS))
+    assert len(records) == 24 and sorted({r["tokens"] for r in records}) == list(TOKENS)
+    assert all(r["max_tokens"] == r["tokens"] for r in records), records
+    out = tmp_path / "sweep"
+    report([path], out)
+    assert png_size(out / "time_per_leg.png") == (1000, 600)
+    with open(out / "summary.json") as f:
+        summary = json.load(f)
+    assert summary["records"] == 24 and summary["notes"] == []
+    timing = summary["timing"]["series"]
+    assert len(timing) == 24  # 12 pairs x 2 legs
+    assert all([p["tokens"] for p in s["points"]] == list(TOKENS) for s in timing), timing
+    # The same inputs as the separate runs of each size: the same accuracy points.
+    separate = {(r["dispatch_dtype"], r["combine_dtype"], r["tokens"]): r
+                for t in TOKENS for r in bench(tmp_path, t)[1]}
+    series = summary["accuracy"]["series"]
+    assert len(series) == 12
+    for s in series:
+        assert [p["tokens"] for p in s["points"]] == list(TOKENS), s
+        for p in s["points"]:
+            r = separate[(s["dispatch_dtype"], s["combine_dtype"], p["tokens"])]
+            assert p["rel_err"] == r["rel_err"], (s, r)
