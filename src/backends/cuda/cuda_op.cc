@@ -73,7 +73,21 @@ CudaOp::CudaOp(std::shared_ptr<CudaComm> comm, const OpConfig& config, int num_s
              " bytes; ", describe_policy());
 }
 
-void CudaOp::publish() { comm_->publish(*buffer_); }
+void CudaOp::publish() {
+  comm_->publish(*buffer_);
+  // At debug level, the peer table every kernel of this op will use: one line per rank, so the
+  // tables of all ranks can be compared when a wait on a peer's word never ends.
+  if (Knobs::get().log_level >= LogLevel::kDebug) {
+    const PeerTable peers = buffer_->peers();
+    std::string bases;
+    for (int r = 0; r < world_size_; ++r) {
+      bases += detail::concat(r == 0 ? "" : " ", static_cast<const void*>(peers.base[r]));
+    }
+    MOE_EP_LOG(LogLevel::kDebug, "cuda op uid ", uid_, " rank ", rank_, "/", world_size_,
+               ": buffer ", static_cast<const void*>(buffer_->local()), ", peer bases [", bases,
+               "]");
+  }
+}
 
 CudaOp::~CudaOp() {
   DeviceGuard guard(device_);
