@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -25,7 +26,13 @@ namespace moe_ep::testing {
 // The stream the tests allocate, copy and free on: non-blocking, so it never orders itself with
 // the ranks' streams. cudaFree would wait for the whole device, and in the single-GPU world a
 // rank freeing its buffers between calls would then wait for a peer's kernel that waits for it;
-// stream-ordered allocation (cudaMallocAsync / cudaFreeAsync) waits for nothing.
+// stream-ordered allocation (cudaMallocAsync / cudaFreeAsync) waits for nothing, provided the
+// pool keeps what is freed: with the default release threshold (0) every synchronisation hands
+// the pool's unused memory back to the driver, and unmapping it may wait for the device as
+// cudaFree does (the suspected cause of the intermittent W = 8 decode timeouts, where a rank
+// launched its step kernel only after its peers had waited 30 s for it). So the pool of every
+// device the tests use keeps its memory for the life of the process, and takes 1 GiB at once
+// before any rank exists, so that the tests' allocations seldom have to grow it.
 inline cudaStream_t test_stream_of(int device) {
   static std::mutex mu;
   static std::map<int, cudaStream_t> streams;
@@ -36,6 +43,15 @@ inline cudaStream_t test_stream_of(int device) {
     MOE_EP_CUDA_CHECK(cudaGetDevice(&previous));
     MOE_EP_CUDA_CHECK(cudaSetDevice(device));
     MOE_EP_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    cudaMemPool_t pool = nullptr;
+    MOE_EP_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
+    uint64_t keep_everything = UINT64_MAX;
+    MOE_EP_CUDA_CHECK(
+        cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_everything));
+    void* reserve = nullptr;
+    MOE_EP_CUDA_CHECK(cudaMallocAsync(&reserve, size_t{1} << 30, s));
+    MOE_EP_CUDA_CHECK(cudaFreeAsync(reserve, s));
+    MOE_EP_CUDA_CHECK(cudaStreamSynchronize(s));
     MOE_EP_CUDA_CHECK(cudaSetDevice(previous));
   }
   return s;

@@ -69,6 +69,7 @@ inline std::vector<RankOutcome> run_world_outcomes(
     const std::function<void(int, const std::shared_ptr<Communicator>&)>& fn) {
   std::vector<RankOutcome> outcomes(comms.size());
   std::vector<std::vector<std::shared_ptr<void>>> kept(comms.size());  // see kept_op
+  test_stream_of(0);  // the allocation pool set up before any rank runs (testing/gpu.h)
   std::vector<std::thread> threads;
   for (size_t r = 0; r < comms.size(); ++r) {
     threads.emplace_back([&, r] {
