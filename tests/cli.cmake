@@ -1,6 +1,6 @@
 # Tests of the `moe-ep` command line (docs/bench.md), labelled `cpu`: small checked benches that
 # must end in "# wrong: 0 OK" (normal and decode mode), the --json output of both modes (one token
-# size, and a --tokens list),
+# size, and a --tokens list), several nodes (--ranks-per-node),
 # `moe-ep config`, and one test per bad argument
 # asserting exit code 2 and a single stderr line that names the argument and the value.
 # The drivers are tests/cli/*.sh; each test runs in well under 10 s on two cores.
@@ -112,6 +112,20 @@ moe_ep_cli_ok(bench_tokens_list_zero "tokens 0,3/rank" "# wrong: 0 OK" --
               ${MOE_EP_CLI} bench --backend cpu --mode decode --ranks 2 --experts 4 --topk 2
               --tokens 0,3 --dispatch-dtype bf16 --combine-dtype bf16 ${small})
 
+# --ranks-per-node L: several nodes on the CPU backend (2 of 2 and 4 of 1 ranks, 2 of 4 with
+# masked slots), combine checked against the reference's by-node sum, the net bytes of the JSON
+# recomputed from the seed's routing; L = W is one node, as without the option
+# (bench_nodes_json.sh).
+add_test(NAME cli_bench_ranks_per_node
+         COMMAND bash ${MOE_EP_CLI_DIR}/bench_nodes_json.sh ${MOE_EP_CLI}
+                 ${CMAKE_CURRENT_BINARY_DIR}/cli_bench_ranks_per_node)
+set_tests_properties(cli_bench_ranks_per_node PROPERTIES LABELS cpu TIMEOUT 60
+                     ENVIRONMENT "MOE_EP_VALIDATE=1")
+# Decode mode runs on one node: --ranks-per-node = --ranks is allowed there.
+moe_ep_cli_ok(bench_decode_ranks_per_node_world "mode decode" "# wrong: 0 OK" --
+              ${MOE_EP_CLI} bench --backend cpu --mode decode --ranks 2 --ranks-per-node 2
+              --experts 4 --topk 2 --tokens 4 --dispatch-dtype bf16 --combine-dtype bf16 ${small})
+
 # moe-ep config: resolution, sources, warnings, knobs.
 moe_ep_cli_ok(config_fp4 "mxfp4_blockwise" "float8_blockwise" "auto: weights mxfp4" "knobs:"
               "MOE_EP_TIMEOUT_S" -- ${MOE_EP_CLI} config --weights fp4)
@@ -172,6 +186,19 @@ moe_ep_cli_error(tokens_list_above_max 2 "--tokens=8" "--max-tokens=4" --
                  ${MOE_EP_CLI} bench --mode decode --tokens 1,8 --max-tokens 4)
 moe_ep_cli_error(tokens_above_max_4 2 "--tokens=8" "--max-tokens=4" --
                  ${MOE_EP_CLI} bench --mode decode --tokens 8 --max-tokens 4)
+# --ranks-per-node: 0 < L <= --ranks, dividing it; several nodes only in --mode normal.
+moe_ep_cli_error(ranks_per_node_not_dividing 2 "--ranks-per-node=3" "divide --ranks=4" --
+                 ${MOE_EP_CLI} bench --backend cpu --ranks 4 --ranks-per-node 3)
+moe_ep_cli_error(ranks_per_node_negative 2 "--ranks-per-node=-1" ">= 1" --
+                 ${MOE_EP_CLI} bench --backend cpu --ranks 4 --ranks-per-node=-1)
+moe_ep_cli_error(ranks_per_node_zero 2 "--ranks-per-node=0" ">= 1" --
+                 ${MOE_EP_CLI} bench --backend cpu --ranks 4 --ranks-per-node 0)
+moe_ep_cli_error(ranks_per_node_above_ranks 2 "--ranks-per-node=8" "<= --ranks=4" --
+                 ${MOE_EP_CLI} bench --backend cpu --ranks 4 --ranks-per-node 8)
+moe_ep_cli_error(ranks_per_node_not_integer 2 "--ranks-per-node=two" "integer" --
+                 ${MOE_EP_CLI} bench --ranks-per-node two)
+moe_ep_cli_error(decode_ranks_per_node 2 "--ranks-per-node=2" "--mode decode" "--ranks=4" --
+                 ${MOE_EP_CLI} bench --backend cpu --mode decode --ranks 4 --ranks-per-node 2)
 moe_ep_cli_error(unknown_option 2 "--bogus" -- ${MOE_EP_CLI} bench --bogus)
 moe_ep_cli_error(no_command 2 "subcommand" -- ${MOE_EP_CLI})
 moe_ep_cli_error(config_env_bogus 2 "MOE_EP_DISPATCH_DTYPE" "bogus" --

@@ -107,6 +107,27 @@ int64_t count_remote_rows(const InputShape& s, const std::vector<RankInputs>& in
   return rows;
 }
 
+int64_t count_net_rows(const InputShape& s, const std::vector<RankInputs>& inputs,
+                       int ranks_per_node) {
+  if (ranks_per_node <= 0 || ranks_per_node >= s.ranks) return 0;
+  const int experts_per_rank = s.experts / s.ranks;
+  const int nodes = s.ranks / ranks_per_node;
+  std::vector<char> goes(nodes);  // [nodes] does the current token go to node n
+  int64_t rows = 0;
+  for (int src = 0; src < s.ranks; ++src) {
+    const int own = src / ranks_per_node;
+    for (int64_t t = 0; t < s.tokens; ++t) {
+      std::fill(goes.begin(), goes.end(), 0);
+      for (int64_t j = 0; j < s.topk; ++j) {
+        const int32_t e = inputs[src].topk_idx[t * s.topk + j];
+        if (e >= 0) goes[e / experts_per_rank / ranks_per_node] = 1;
+      }
+      for (int n = 0; n < nodes; ++n) rows += n != own ? goes[n] : 0;
+    }
+  }
+  return rows;
+}
+
 ErrorSums unquantized_error(const InputShape& s, const RankInputs& in, const uint16_t* out) {
   ErrorSums sums;
   for (int64_t t = 0; t < s.tokens; ++t) {

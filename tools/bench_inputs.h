@@ -40,6 +40,15 @@ std::vector<int64_t> count_route_rows(const InputShape& shape,
 // rank s counts once for every rank r != s that owns an expert of an unmasked slot of t.
 int64_t count_remote_rows(const InputShape& shape, const std::vector<RankInputs>& inputs);
 
+// Rows that cross node boundaries with nodes of `ranks_per_node` ranks (ranks [n*L, (n+1)*L) form
+// node n; 0 or >= W: one node, no such rows), summed over all source ranks: token t of rank s
+// counts once for every node other than s's that owns an expert of an unmasked slot of t. It is
+// the dispatch rows that go over the network (each to one forwarder of that node) and, equally,
+// the partial rows combine sends back (one per token and other node holding it). With L = 1 every
+// other rank is another node, so it equals count_remote_rows.
+int64_t count_net_rows(const InputShape& shape, const std::vector<RankInputs>& inputs,
+                       int ranks_per_node);
+
 // Squared L2 norms for the relative error of `out` against fp64 math on the bf16 input:
 // want[t] = sum over unmasked slots k of w_k * x[t]; err2 += |out - want|^2, ref2 += |want|^2.
 struct ErrorSums {

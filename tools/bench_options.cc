@@ -87,14 +87,15 @@ constexpr FieldFlag kFieldFlags[] = {{"world_size", "--ranks"},
                                      {"num_experts", "--experts"},
                                      {"topk", "--topk"},
                                      {"hidden", "--hidden"},
-                                     {"max_tokens_per_rank", "--max-tokens"}};
+                                     {"max_tokens_per_rank", "--max-tokens"},
+                                     {"ranks_per_node", "--ranks-per-node"}};
 
 // Rethrows a check_config failure as "--flag=value: <library message>".
 [[noreturn]] void rethrow_config_error(const InvalidArgument& error, const BenchPlan& plan) {
   const std::string message = error.what();
   const std::string field = message.substr(0, message.find('='));
   const InputShape& s = plan.shape;
-  const int values[] = {s.ranks, s.experts, s.topk, s.hidden, plan.max_tokens};
+  const int values[] = {s.ranks, s.experts, s.topk, s.hidden, plan.max_tokens, plan.ranks_per_node};
   for (size_t i = 0; i < std::size(kFieldFlags); ++i) {
     if (field == kFieldFlags[i].field) {
       bad_argument(kFieldFlags[i].flag, std::to_string(values[i]), message);
@@ -124,7 +125,12 @@ OpConfig op_config(const BenchPlan& plan, const DtypePair& pair) {
   config.combine_dtype = pair.combine;
   config.num_sms = pair.num_sms;
   config.low_latency = plan.mode == BenchMode::kDecode;
+  config.ranks_per_node = plan.ranks_per_node;
   return config;
+}
+
+bool several_nodes(const BenchPlan& plan) {
+  return plan.ranks_per_node > 0 && plan.ranks_per_node < plan.shape.ranks;
 }
 
 BenchPlan plan_at_tokens(const BenchPlan& plan, int tokens) {
@@ -217,6 +223,30 @@ BenchPlan plan_bench(const BenchOptions& o) {
     bad_argument("--ranks", std::to_string(s.ranks),
                  "ranks must be <= " + std::to_string(visible_gpus) +
                      ", the number of visible CUDA devices (one rank per GPU)");
+  }
+  // --ranks-per-node L: 0 < L <= --ranks, dividing it. Decode mode over several nodes is not
+  // built on any backend (the library rejects low_latency with L < W at creation).
+  if (o.ranks_per_node) {
+    const int l = *o.ranks_per_node;
+    const std::string value = std::to_string(l);
+    check_at_least("--ranks-per-node", l, 1, "ranks per node");
+    if (l > s.ranks) {
+      bad_argument("--ranks-per-node", value,
+                   "ranks per node must be <= --ranks=" + std::to_string(s.ranks));
+    }
+    if (s.ranks % l != 0) {
+      bad_argument("--ranks-per-node", value,
+                   "ranks per node must divide --ranks=" + std::to_string(s.ranks) +
+                       " (every node holds the same number of ranks)");
+    }
+    plan.ranks_per_node = l;
+    if (plan.mode == BenchMode::kDecode && l < s.ranks) {
+      bad_argument("--ranks-per-node", value,
+                   "several nodes (below --ranks=" + std::to_string(s.ranks) +
+                       ") are not supported with --mode decode; allowed with --mode decode: "
+                       "unset or " +
+                       std::to_string(s.ranks));
+    }
   }
   for (int tokens : plan.token_sizes) check_at_least("--tokens", tokens, 0, "tokens");
   check_at_least("--iters", plan.iters, 1, "iters");

@@ -22,6 +22,7 @@ struct BenchOptions {
   std::string mode = "normal";   // normal|decode
   std::string backend = "auto";  // auto|cpu|cuda
   std::optional<int> ranks, hidden, experts, topk, max_tokens, iters, warmup;
+  std::optional<int> ranks_per_node;  // --ranks-per-node L; unset: one node (OpConfig's 0)
   std::vector<int> tokens;  // --tokens 1,32,128: one run per size, in order; empty: the default
   std::string dispatch_dtype = "all";  // all|auto|<dtype>
   std::string combine_dtype = "all";
@@ -52,6 +53,8 @@ struct BenchPlan {
   Backend backend = Backend::kCpu;
   InputShape shape;    // ranks, tokens per rank, hidden, experts, topk, masked fraction, seed
   int max_tokens = 0;  // max_tokens_per_rank of the op (Tmax of the slabs in decode mode)
+  // OpConfig::ranks_per_node of every op: ranks [n*L, (n+1)*L) form node n; 0 = one node.
+  int ranks_per_node = 0;
   // Every token size of the run, in order (--tokens LIST; one entry without a list). shape.tokens
   // and max_tokens are those of the first; plan_at_tokens gives the plan of each.
   std::vector<int> token_sizes;
@@ -68,6 +71,10 @@ struct BenchPlan {
 };
 
 BenchPlan plan_bench(const BenchOptions& options);
+
+// True when the ranks form several nodes (0 < ranks_per_node < ranks): the table gains net_MB
+// and the JSON records ranks_per_node and the net bytes.
+bool several_nodes(const BenchPlan& plan);
 
 // The plan of one token size of `plan`: shape.tokens = tokens and max_tokens = --max-tokens if
 // given, else tokens (1 for 0 tokens).

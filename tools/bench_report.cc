@@ -32,8 +32,9 @@ nlohmann::ordered_json number_or_null(const std::optional<double>& value) {
 
 }  // namespace
 
-PairMetrics pair_metrics(const BenchPlan& plan, int64_t remote_rows, const PairResult& result,
+PairMetrics pair_metrics(const BenchPlan& plan, const BenchInputs& inputs, const PairResult& result,
                          std::optional<double> link_floor_gbps) {
+  const int64_t remote_rows = inputs.remote_rows;
   const int64_t h = plan.shape.hidden, ranks = plan.shape.ranks;
   const int64_t dispatch_row =
       payload_bytes(result.pair.dispatch, h) + scale_bytes(result.pair.dispatch, h);
@@ -42,6 +43,10 @@ PairMetrics pair_metrics(const BenchPlan& plan, int64_t remote_rows, const PairR
   PairMetrics m;
   m.dispatch_bytes = remote_rows * dispatch_row / ranks;
   m.combine_bytes = remote_rows * combine_row / ranks;
+  if (several_nodes(plan)) {
+    m.dispatch_net_bytes = inputs.net_rows * dispatch_row / ranks;
+    m.combine_net_bytes = inputs.net_rows * combine_row / ranks;
+  }
   auto algbw = [](int64_t bytes, double us) { return us > 0.0 ? bytes / (us * 1e3) : 0.0; };
   m.dispatch_algbw_gbps = algbw(m.dispatch_bytes, result.dispatch_us);
   m.combine_algbw_gbps = algbw(m.combine_bytes, result.combine_us);
@@ -69,6 +74,13 @@ void print_header(std::ostream& os, const BenchPlan& plan, const std::string& ba
       to_string(plan.mode), backend, s.ranks, fmt::join(plan.token_sizes, ","), max, s.hidden,
       s.experts, s.topk, s.masked_fraction, s.x_std, plan.iters, plan.warmup, s.seed,
       plan.check ? "on" : "off");
+  if (several_nodes(plan)) {
+    os << fmt::format(
+        "# nodes: {} of {} ranks each (--ranks-per-node {}): ranks [n*{}, (n+1)*{}) form node n; "
+        "the check's reference combine sums by node\n",
+        s.ranks / plan.ranks_per_node, plan.ranks_per_node, plan.ranks_per_node,
+        plan.ranks_per_node, plan.ranks_per_node);
+  }
   if (plan.mode == BenchMode::kDecode) {
     os << fmt::format(
         "# decode mode: low_latency_dispatch / low_latency_combine (ops with low_latency=true), "
@@ -78,6 +90,12 @@ void print_header(std::ostream& os, const BenchPlan& plan, const std::string& ba
   for (const std::string& note : plan.notes) os << "# " << note << "\n";
   os << "# times: median over iterations of the slowest rank; MB: bytes per rank per leg sent "
         "to other ranks (1e6); rel_err vs fp64 on the bf16 input\n";
+  if (several_nodes(plan)) {
+    os << "# d_net_MB, c_net_MB: bytes per rank sent between nodes in the dispatch leg (each token "
+          "once per other node owning one of its experts, to that node's forwarder; dispatch row "
+          "size) and in the combine leg (one partial row per token and other node holding it; "
+          "combine row size), from this run's routing, averaged over ranks like disp_MB (1e6)\n";
+  }
   if (plan.nccl_baseline) {
     os << "# nccl_*_us: NCCL all-to-allv (ncclSend/ncclRecv of bytes) moving the leg's bytes per "
           "peer, self included, same statistic; d_x, comb_x: nccl / moe-ep time (> 1: moe-ep "
@@ -88,6 +106,7 @@ void print_header(std::ostream& os, const BenchPlan& plan, const std::string& ba
   os << fmt::format("{:<8} {:<15} {:>10} {:>10} {:>8} {:>8} {:>9} {:>9} {:>7} {:>7} {:>9} {:>7}",
                     "dispatch", "combine", "disp_us", "comb_us", "disp_MB", "comb_MB", "disp_GB/s",
                     "comb_GB/s", "d_%flr", "c_%flr", "rel_err", "#wrong");
+  if (several_nodes(plan)) os << fmt::format(" {:>8} {:>8}", "d_net_MB", "c_net_MB");
   if (plan.nccl_baseline) {
     os << fmt::format(" {:>10} {:>10} {:>7} {:>7}", "nccl_d_us", "nccl_c_us", "d_x", "comb_x");
   }
@@ -104,6 +123,10 @@ void print_row(std::ostream& os, const BenchPlan& plan, const PairResult& r, con
       short_name(r.pair.dispatch), short_name(r.pair.combine), r.dispatch_us, r.combine_us,
       m.dispatch_bytes / 1e6, m.combine_bytes / 1e6, m.dispatch_algbw_gbps, m.combine_algbw_gbps,
       pct(m.dispatch_floor_pct), pct(m.combine_floor_pct), r.rel_err, wrong);
+  if (m.dispatch_net_bytes && m.combine_net_bytes) {
+    os << fmt::format(" {:>8.3f} {:>8.3f}", *m.dispatch_net_bytes / 1e6,
+                      *m.combine_net_bytes / 1e6);
+  }
   if (r.nccl_dispatch_us && r.nccl_combine_us) {
     os << fmt::format(" {:>10.1f} {:>10.1f} {:>7} {:>7}", *r.nccl_dispatch_us, *r.nccl_combine_us,
                       ratio(*r.nccl_dispatch_us, r.dispatch_us),
@@ -154,6 +177,7 @@ void write_json(const std::string& path, const BenchPlan& plan, const std::strin
     record["hidden"] = s.hidden;
     record["experts"] = s.experts;
     record["topk"] = s.topk;
+    if (several_nodes(plan)) record["ranks_per_node"] = plan.ranks_per_node;
     record["masked_fraction"] = s.masked_fraction;
     record["x_std"] = s.x_std;
     record["seed"] = s.seed;
@@ -167,6 +191,10 @@ void write_json(const std::string& path, const BenchPlan& plan, const std::strin
     record["dispatch_bytes"] = m.dispatch_bytes;
     record["combine_bytes"] = m.combine_bytes;
     record["bytes_per_rank"] = m.dispatch_bytes + m.combine_bytes;
+    if (m.dispatch_net_bytes && m.combine_net_bytes) {
+      record["dispatch_net_bytes"] = *m.dispatch_net_bytes;
+      record["combine_net_bytes"] = *m.combine_net_bytes;
+    }
     record["dispatch_algbw_gbps"] = m.dispatch_algbw_gbps;
     record["combine_algbw_gbps"] = m.combine_algbw_gbps;
     record["dispatch_pct_floor"] = number_or_null(m.dispatch_floor_pct);

@@ -4,7 +4,10 @@
 // the ratios nccl / moe-ep per leg, and each JSON record nccl_dispatch_us and nccl_combine_us;
 // without it both stay as they were. The header and every JSON record name the mode (normal or
 // decode); the columns are the same in both modes. With several --tokens sizes the table gains a
-// `tokens` column; every JSON record has `tokens` and `max_tokens` (those of its row).
+// `tokens` column; every JSON record has `tokens` and `max_tokens` (those of its row). With several
+// nodes (--ranks-per-node L < W) the header gains a line naming the nodes, the table the columns
+// d_net_MB and c_net_MB, and each JSON record ranks_per_node, dispatch_net_bytes and
+// combine_net_bytes; on one node all three stay as they were.
 #pragma once
 
 #include <cstdint>
@@ -25,15 +28,21 @@ namespace moe_ep::cli {
 //   Decode mode moves the same rows (a token once per destination rank, copied into the slabs
 //   there; one partial sum per (source, token) back), so the count is the same.
 //   algbw (GB/s) = bytes / time = bytes / (us * 1e3); %floor = algbw / link floor * 100.
+// Net bytes per rank per leg (several nodes only) are what crosses node boundaries, the same way:
+//   (net rows of all ranks / W) x the leg's bytes per row, where a net row is a (token, node other
+//   than its source's that owns one of its experts) pair: dispatch sends the token there once, to
+//   the node's forwarder, and combine returns one partial row per such pair.
 struct PairMetrics {
   int64_t dispatch_bytes = 0;
   int64_t combine_bytes = 0;
+  std::optional<int64_t> dispatch_net_bytes;  // nullopt on one node
+  std::optional<int64_t> combine_net_bytes;
   double dispatch_algbw_gbps = 0.0;
   double combine_algbw_gbps = 0.0;
   std::optional<double> dispatch_floor_pct;  // nullopt without a link floor (CPU)
   std::optional<double> combine_floor_pct;
 };
-PairMetrics pair_metrics(const BenchPlan& plan, int64_t remote_rows, const PairResult& result,
+PairMetrics pair_metrics(const BenchPlan& plan, const BenchInputs& inputs, const PairResult& result,
                          std::optional<double> link_floor_gbps);
 
 void print_header(std::ostream& os, const BenchPlan& plan, const std::string& backend);

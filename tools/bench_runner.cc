@@ -417,6 +417,7 @@ BenchInputs make_bench_inputs(const BenchPlan& plan) {
   }
   inputs.remote_rows = count_remote_rows(plan.shape, inputs.ranks);
   inputs.route_rows = count_route_rows(plan.shape, inputs.ranks);
+  inputs.net_rows = count_net_rows(plan.shape, inputs.ranks, plan.ranks_per_node);
   return inputs;
 }
 
@@ -432,7 +433,8 @@ std::vector<PairResult> run_bench(const BenchPlan& plan, BenchBackend& backend,
     ref_inputs[r].topk_idx = inputs.ranks[r].topk_idx.data();
     ref_inputs[r].topk_weights = inputs.ranks[r].topk_weights.data();
   }
-  const reference::Shape ref_shape{s.ranks, s.hidden, s.experts, s.topk};
+  // The reference's combine sums by node when ranks_per_node < W (docs/design.md#several-nodes).
+  const reference::Shape ref_shape{s.ranks, s.hidden, s.experts, s.topk, plan.ranks_per_node};
 
   std::vector<PairResult> results;
   for (const DtypePair& pair : plan.pairs) {

@@ -32,8 +32,9 @@ struct PairResult {
 };
 
 struct BenchInputs {
-  std::vector<RankInputs> ranks;    // [W]
-  int64_t remote_rows = 0;          // rows dispatch moves between ranks, all ranks summed
+  std::vector<RankInputs> ranks;  // [W]
+  int64_t remote_rows = 0;        // rows dispatch moves between ranks, all ranks summed
+  int64_t net_rows = 0;  // rows dispatch moves between nodes, all ranks summed (0 on one node)
   std::vector<int64_t> route_rows;  // [W, W] rows dispatch moves from rank s to rank r (s == r too)
 };
 
