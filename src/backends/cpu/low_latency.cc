@@ -10,6 +10,12 @@
 // w_k * y[e_k][row]) in fp32 (product, then add), and stores p, encoded in the combine wire
 // format, at row (this rank, t) of s's combine area; after "low_latency_combine/exchange" s sums
 // its rows by ascending rank exactly as in normal mode (receive_combine).
+// Several nodes (docs/decode-mode.md#several-nodes): the rows still go straight to their slabs
+// (the one-node outputs), and each source also stages the route of every token bound for another
+// node at that node's forwarder, which records it in the receive part; in the combine a partial
+// for a source on another node goes to this node's forwarder for it, which sums its node's
+// partials after "low_latency_combine/forward" as in normal mode (forward.cc), and the source
+// sums node by node (receive_combine). The forwarders' step is part of the receive part.
 // Overlap hooks (docs/decode-mode.md#overlap-hooks): with return_recv_hook a call returns once
 // its own sends are stored (the send part: agreement and sends), and low_latency_dispatch_recv /
 // low_latency_combine_recv do the rest (the receive part: the "<call>/exchange" barrier and the
