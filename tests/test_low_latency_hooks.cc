@@ -3,8 +3,8 @@
 // (return_recv_hook) and its receive part, in the order an engine overlapping them uses:
 //   dispatch(A, hook), dispatch(B, hook), dispatch_recv(A), dispatch_recv(B), experts,
 //   combine(A, hook), combine(B, hook), combine_recv(A), combine_recv(B)
-// at W = 1, 2, 4 for every dtype pair, two rounds per op, each output bit for bit equal to the
-// reference and to the same calls without hooks. Misuse, on every rank and without waiting for
+// at W = 1, 2, 4 (and W = 4 over two nodes of L = 2) for every dtype pair, two rounds per op,
+// each output bit for bit equal to the reference and to the same calls without hooks. Misuse, on every rank and without waiting for
 // any: any other call while a receive is pending (InvalidUsage through the step's verdicts,
 // naming the pending receive and the call that completes it), a receive call with nothing
 // pending, of the other kind, twice, or with another handle (checked on each rank alone); after
@@ -163,40 +163,48 @@ void expect_same_round(const LowLatencyRound& hooked, const LowLatencyRound& pla
   }
 }
 
-TEST(LowLatencyHooks, TwoMicroBatchesEqualTheReferenceAndTheCallsWithoutHooks) {
-  for (int world_size : {1, 2, 4}) {
-    for (const DtypePair& pair : all_pairs()) {
-      SCOPED_TRACE("W=" + std::to_string(world_size) + " " + pair_name(pair));
-      const OpConfig c = hook_config(pair);
-      // Rank 2 sends nothing in A's first round, rank 1 sends Tmax tokens in B's.
-      const std::vector<std::vector<RankInput>> inputs_a = {
-          hook_inputs(c, world_size, 11, {8, 3, 0, 6}),
-          hook_inputs(c, world_size, 12, {2, 7, 5, 8})};
-      const std::vector<std::vector<RankInput>> inputs_b = {
-          hook_inputs(c, world_size, 21, {5, 8, 7, 1}),
-          hook_inputs(c, world_size, 22, {0, 4, 8, 3})};
-      const TwoMicroBatches hooked = run_hooked(c, world_size, inputs_a, inputs_b);
-      const std::vector<LowLatencyRound> plain_a =
-          testing::run_low_latency_rounds(c, world_size, inputs_a);
-      const std::vector<LowLatencyRound> plain_b =
-          testing::run_low_latency_rounds(c, world_size, inputs_b);
-      for (size_t i = 0; i < inputs_a.size(); ++i) {
-        SCOPED_TRACE("round " + std::to_string(i + 1));
-        {
-          SCOPED_TRACE("micro-batch A");
-          check_low_latency_round(c, world_size, hooked.a[i], i + 1);
-          expect_same_round(hooked.a[i], plain_a[i], world_size);
-        }
-        {
-          SCOPED_TRACE("micro-batch B");
-          check_low_latency_round(c, world_size, hooked.b[i], i + 1);
-          expect_same_round(hooked.b[i], plain_b[i], world_size);
-        }
+// ranks_per_node 0 (one node), or L < W: several nodes, the forwarders' step in the receive part.
+void two_micro_batches_case(int world_size, int ranks_per_node) {
+  for (const DtypePair& pair : all_pairs()) {
+    SCOPED_TRACE("W=" + std::to_string(world_size) + " L=" + std::to_string(ranks_per_node) + " " +
+                 pair_name(pair));
+    OpConfig c = hook_config(pair);
+    c.ranks_per_node = ranks_per_node;
+    // Rank 2 sends nothing in A's first round, rank 1 sends Tmax tokens in B's.
+    const std::vector<std::vector<RankInput>> inputs_a = {
+        hook_inputs(c, world_size, 11, {8, 3, 0, 6}), hook_inputs(c, world_size, 12, {2, 7, 5, 8})};
+    const std::vector<std::vector<RankInput>> inputs_b = {
+        hook_inputs(c, world_size, 21, {5, 8, 7, 1}), hook_inputs(c, world_size, 22, {0, 4, 8, 3})};
+    const TwoMicroBatches hooked = run_hooked(c, world_size, inputs_a, inputs_b);
+    const std::vector<LowLatencyRound> plain_a =
+        testing::run_low_latency_rounds(c, world_size, inputs_a);
+    const std::vector<LowLatencyRound> plain_b =
+        testing::run_low_latency_rounds(c, world_size, inputs_b);
+    for (size_t i = 0; i < inputs_a.size(); ++i) {
+      SCOPED_TRACE("round " + std::to_string(i + 1));
+      {
+        SCOPED_TRACE("micro-batch A");
+        check_low_latency_round(c, world_size, hooked.a[i], i + 1);
+        expect_same_round(hooked.a[i], plain_a[i], world_size);
       }
-      if (::testing::Test::HasFailure()) return;  // one case's report is enough
+      {
+        SCOPED_TRACE("micro-batch B");
+        check_low_latency_round(c, world_size, hooked.b[i], i + 1);
+        expect_same_round(hooked.b[i], plain_b[i], world_size);
+      }
     }
+    if (::testing::Test::HasFailure()) return;  // one case's report is enough
   }
 }
+
+TEST(LowLatencyHooks, TwoMicroBatchesEqualTheReferenceAndTheCallsWithoutHooks) {
+  for (int world_size : {1, 2, 4}) {
+    two_micro_batches_case(world_size, 0);
+    if (::testing::Test::HasFailure()) return;
+  }
+}
+
+TEST(LowLatencyHooks, TwoMicroBatchesOverSeveralNodes) { two_micro_batches_case(4, 2); }
 
 TEST(LowLatencyHooks, HookedAndPlainCallsInterleaveWithNormalMode) {
   // One op per rank: a hooked low-latency dispatch and its receive, a normal round, then a

@@ -263,20 +263,26 @@ int64_t slab_row_of(const LowLatencyOutputs& recv, int rank, int local, int src,
                  " of rank " + std::to_string(src) + ", which names its expert");
 }
 
-template <typename F>
-std::vector<uint16_t> low_latency_combine_for(const Shape& s, const std::vector<RankInput>& inputs,
-                                              const std::vector<LowLatencyOutputs>& recv,
-                                              const std::vector<std::vector<uint16_t>>& y,
-                                              int src) {
+// Decode mode's expert side, for source src: per rank r, the (src, t) pairs r holds, tokens
+// ascending, as DispatchOutputs rows (only num_recv, recv_src_rank and recv_src_token are set),
+// and their partials p = bf16(sum over t's unmasked slots k ascending whose expert e_k is r's, of
+// w_k * float(y_r[e_k][row of (src, t)])) in fp32 from 0.0f, product then add, as [n_r, H] bf16.
+// low_latency_combine is normal mode's combine applied to these rows (docs/decode-mode.md, "Why
+// it equals normal mode").
+void low_latency_partials(const Shape& s, const std::vector<RankInput>& inputs,
+                          const std::vector<LowLatencyOutputs>& recv,
+                          const std::vector<std::vector<uint16_t>>& y, int src,
+                          std::vector<DispatchOutputs>* rows,
+                          std::vector<std::vector<uint16_t>>* partials) {
   const int experts_per_rank = s.experts / s.ranks;
   const RankInput& in = inputs[src];
-  std::vector<uint8_t> payload(formats::payload_bytes_of<F>(s.hidden));  // one encoded row
-  RowScales<F> scales(s.hidden);
-  std::vector<float> partial(s.hidden);                    // [H] fp32 sum on the expert rank
-  std::vector<uint16_t> p(s.hidden);                       // [H] bf16 partial result
-  std::vector<float> acc(in.num_tokens * s.hidden, 0.0f);  // [T, H] fp32 sums on src
+  std::vector<float> partial(s.hidden);  // [H] fp32 sum on the expert rank
+  rows->assign(s.ranks, DispatchOutputs{});
+  partials->assign(s.ranks, {});
   for (int r = 0; r < s.ranks; ++r) {
     const int first_expert = r * experts_per_rank;  // r owns [first, first + E / W)
+    DispatchOutputs& held_rows = (*rows)[r];
+    std::vector<uint16_t>& p = (*partials)[r];
     for (int64_t t = 0; t < in.num_tokens; ++t) {
       const int32_t* slots = in.topk_idx + t * s.topk;      // [K]
       const float* weights = in.topk_weights + t * s.topk;  // [K]
@@ -294,17 +300,12 @@ std::vector<uint16_t> low_latency_combine_for(const Shape& s, const std::vector<
         }
       }
       if (!held) continue;  // r never received t
-      for (int64_t c = 0; c < s.hidden; ++c) p[c] = formats::float_to_bf16(partial[c]);
-      formats::encode_row<F>(p.data(), s.hidden, payload.data(), scales.data());
-      for (int64_t c = 0; c < s.hidden; ++c) {
-        const float v = formats::decode_elem<F>(payload.data(), scales.data(), c);
-        acc[t * s.hidden + c] = acc[t * s.hidden + c] + v;
-      }
+      ++held_rows.num_recv;
+      held_rows.recv_src_rank.push_back(src);
+      held_rows.recv_src_token.push_back(static_cast<int32_t>(t));
+      for (int64_t c = 0; c < s.hidden; ++c) p.push_back(formats::float_to_bf16(partial[c]));
     }
   }
-  std::vector<uint16_t> out(acc.size());  // [T, H] bf16 bits
-  for (size_t i = 0; i < out.size(); ++i) out[i] = formats::float_to_bf16(acc[i]);
-  return out;
 }
 
 }  // namespace
@@ -357,9 +358,10 @@ std::vector<uint16_t> low_latency_combine(const Shape& shape, CombineDtype dtype
                                           const std::vector<RankInput>& inputs,
                                           const std::vector<LowLatencyOutputs>& recv,
                                           const std::vector<std::vector<uint16_t>>& y, int src) {
-  return formats::visit_format(dtype, [&](auto format) {
-    return low_latency_combine_for<decltype(format)>(shape, inputs, recv, y, src);
-  });
+  std::vector<DispatchOutputs> rows;
+  std::vector<std::vector<uint16_t>> partials;
+  low_latency_partials(shape, inputs, recv, y, src, &rows, &partials);
+  return combine(shape, dtype, rows, partials, src, inputs[src].num_tokens);
 }
 
 LowLatencyOutputs copy_low_latency_outputs(const LowLatencyDispatchResult& result,

@@ -28,7 +28,7 @@ struct Shape {
   int experts = 1;  // E, a multiple of W; rank r owns experts [r * E / W, (r + 1) * E / W)
   int topk = 1;     // K
   // L: ranks [n*L, (n+1)*L) form node n (docs/design.md#several-nodes); 0 means W, one node.
-  // Only combine reads it: dispatch's outputs do not depend on it.
+  // Only the combines read it: neither dispatch's outputs depend on it.
   int ranks_per_node = 0;
 };
 
@@ -112,10 +112,12 @@ LowLatencyOutputs low_latency_dispatch(const Shape& shape, DispatchDtype dtype, 
 
 // What low_latency_combine must return on source rank `src`, given every rank's slabs recv[r]
 // and expert output y[r] ([E/W, W*Tmax, H] bf16 bits): on each rank r that holds token t,
-// p = bf16(sum over t's unmasked slots k ascending whose expert e_k is r's, of
-// w_k * float(y_r[e_k][row of (src, t)])) in fp32 from 0.0f, product then add; then out[t] =
-// bf16(sum over those r ascending of decode(encode(p))) in fp32 from 0.0f; zeros for a token no
-// rank holds. Throws moe_ep::Internal when a slab lacks the row of a token that names it.
+// p_r = bf16(sum over t's unmasked slots k ascending whose expert e_k is r's, of
+// w_k * float(y_r[e_k][row of (src, t)])) in fp32 from 0.0f, product then add; then out is
+// combine (above) applied to those partials as the rows of y, so it follows shape.ranks_per_node:
+// one node, out[t] = bf16(sum over those r ascending of decode(encode(p_r))) in fp32 from 0.0f;
+// several nodes, the node-by-node sum. Zeros for a token no rank holds. Throws moe_ep::Internal
+// when a slab lacks the row of a token that names it.
 std::vector<uint16_t> low_latency_combine(const Shape& shape, CombineDtype dtype,
                                           const std::vector<RankInput>& inputs,
                                           const std::vector<LowLatencyOutputs>& recv,

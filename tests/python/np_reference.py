@@ -545,14 +545,15 @@ def low_latency_partials(ys, inputs, recv, num_experts):
     return parts
 
 
-def low_latency_combine(ys, inputs, recv, num_experts, combine_dtype):
+def low_latency_combine(ys, inputs, recv, num_experts, combine_dtype, ranks_per_node=0):
     """Reference low_latency_combine for every source rank: the expert side
-    (low_latency_partials), then the source side exactly as normal mode's combine (each p
-    encoded in the combine dtype, decoded, summed in fp32 from 0.0 by ascending expert rank,
-    rounded to bf16); a token with every slot masked comes out as zeros. Returns per source
-    rank [T_s, H] bf16 uint16."""
+    (low_latency_partials), then the source side exactly as normal mode's combine with the
+    partials as its rows (one node: each p encoded in the combine dtype, decoded, summed in fp32
+    from 0.0 by ascending expert rank, rounded to bf16; several nodes, ranks_per_node L < W: the
+    node-by-node sum of combine); a token with every slot masked comes out as zeros. Returns per
+    source rank [T_s, H] bf16 uint16."""
     parts = low_latency_partials(ys, inputs, recv, num_experts)
     routing = [{"recv_src_rank": src_rank, "recv_src_token": src_token}
                for src_rank, src_token, _ in parts]
     return combine([p for _, _, p in parts], routing,
-                   [len(inp["topk_idx"]) for inp in inputs], combine_dtype)
+                   [len(inp["topk_idx"]) for inp in inputs], combine_dtype, ranks_per_node)

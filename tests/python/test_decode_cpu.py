@@ -34,14 +34,14 @@ LL_FIELDS = ("recv_x", "recv_x_scales", "recv_count", "recv_src_rank", "recv_src
 BF16_NAN = np.uint16(0x7FC0)
 
 
-def ll_config(d, c, e=E, k=K, h=H, max_t=MAX_T):
-    return {"E": e, "K": k, "H": h, "max_t": max_t, "d": d, "c": c}
+def ll_config(d, c, e=E, k=K, h=H, max_t=MAX_T, ranks_per_node=0):
+    return {"E": e, "K": k, "H": h, "max_t": max_t, "d": d, "c": c, "L": ranks_per_node}
 
 
 def ll_op(world, rank, cfg, **kwargs):
     return moe_ep.get_op(world.communicator(rank), cfg["E"], cfg["K"], cfg["H"], cfg["max_t"],
                          dispatch_dtype=cfg["d"], combine_dtype=cfg["c"], low_latency=True,
-                         **kwargs)
+                         ranks_per_node=cfg.get("L", 0), **kwargs)
 
 
 def ll_snapshot(recv):
@@ -120,7 +120,7 @@ def check_ll_rounds(got, cfg, rounds):
         w = len(inputs)
         exp = ref.low_latency_dispatch(inputs, cfg["E"], cfg["max_t"], cfg["d"])
         ys = [got[r][i][1] for r in range(w)]
-        outs = ref.low_latency_combine(ys, inputs, exp, cfg["E"], cfg["c"])
+        outs = ref.low_latency_combine(ys, inputs, exp, cfg["E"], cfg["c"], cfg.get("L", 0))
         for r in range(w):
             where = f"round {i} rank {r} ({cfg['d']}/{cfg['c']})"
             snap, _, out, returned_given = got[r][i]

@@ -49,7 +49,7 @@ void CpuOp::combine(const Handle& handle, const TensorView& y, const TensorView&
     send_combine_rows(y);
     if (several_nodes()) {
       sync("combine/forward");  // every row for another node is at its forwarder
-      forward_combine_partials();
+      forward_combine_partials(forward_tokens_, forward_to_);
     }
     sync("combine/exchange");  // every partial result has landed
     receive_combine(plan_, latest_.num_tokens, out);

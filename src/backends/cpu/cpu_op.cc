@@ -69,16 +69,6 @@ const char* publish_phase(CallKind kind) {
   return "unknown call/publish";
 }
 
-// What the CPU backend does not implement of a valid configuration: decode mode over several
-// nodes (docs/design.md#several-nodes).
-void check_backend_support(const OpConfig& config, int world_size) {
-  const bool several_nodes = config.ranks_per_node > 0 && config.ranks_per_node < world_size;
-  MOE_EP_CHECK_ARG(!(several_nodes && config.low_latency), "ranks_per_node=", config.ranks_per_node,
-                   " < world_size=", world_size,
-                   " with low_latency=true: decode mode over several nodes is not supported by "
-                   "the cpu backend (use low_latency=false, or ranks_per_node=0)");
-}
-
 const CpuCommunicator& cpu_communicator(const std::shared_ptr<Communicator>& comm) {
   const auto* cpu_comm = dynamic_cast<const CpuCommunicator*>(comm.get());
   MOE_EP_CHECK_ARG(cpu_comm != nullptr,
@@ -94,7 +84,6 @@ std::shared_ptr<Op> create_op(const std::shared_ptr<Communicator>& comm, const O
   WorldState& world = cpu_comm.world();
   try {
     check_config(config, cpu_comm.size());
-    check_backend_support(config, cpu_comm.size());
   } catch (const InvalidArgument& e) {
     world.reject_create(cpu_comm.rank(), e.what(), config);
     throw;

@@ -77,7 +77,14 @@ class CpuOp : public OpBase {
   bool several_nodes() const { return shape_.num_nodes() > 1; }
   void stage_dispatch_rows(const DispatchArgs& args, const SendPlan& plan);
   void forward_dispatch_rows();
-  void forward_combine_partials();
+  // Forwarder role of both modes' combines: `tokens[s]` and `to[s]` are the routes recorded by
+  // the latest dispatch of that mode (forward_tokens_ / forward_to_, or their decode-mode copies).
+  void forward_combine_partials(const std::vector<std::vector<int32_t>>& tokens,
+                                const std::vector<std::vector<uint8_t>>& to);
+  // Records, as the forwarder of this node, the routes of the staged rows of every source served
+  // (its tokens ascending and which ranks of this node take each) into tokens and to.
+  void record_forward_routes(std::vector<std::vector<int32_t>>* tokens,
+                             std::vector<std::vector<uint8_t>>* to) const;
 
   // Combine (combine.cc). receive_combine serves both modes: out[t] sums the rows of the ranks
   // that `plan` sent token t to.
@@ -87,11 +94,15 @@ class CpuOp : public OpBase {
 
   // Decode mode (low_latency.cc).
   void send_low_latency_tokens(const LowLatencyDispatchArgs& args, const SendPlan& plan);
+  void stage_low_latency_routes(const LowLatencyDispatchArgs& args, const SendPlan& plan);
   void receive_low_latency();
   LowLatencyDispatchResult low_latency_views() const;  // of the slabs, for latest_low_latency_
   void check_low_latency_combine_args(const TensorView& y, const LowLatencyHandle& handle,
                                       const TensorView& out) const;
   void send_low_latency_partials(const TensorView& y);
+  // The receive part of low_latency_combine: with several nodes the forwarders' step, then the
+  // source's node-by-node sum into out.
+  void receive_low_latency_combine(const TensorView& out);
 
   std::shared_ptr<OpShared> shared_;
   const RoutingShape shape_;
@@ -114,6 +125,9 @@ class CpuOp : public OpBase {
   std::vector<int32_t> low_latency_src_token_;  // [n]
   std::vector<float> low_latency_weights_;      // [n, K] the token's top-k weights
   std::vector<int64_t> low_latency_slot_rows_;  // [n, K] row of y (e * W*Tmax + row) or -1
+  // As a forwarder (several nodes), as forward_tokens_ / forward_to_ for the decode dispatch.
+  std::vector<std::vector<int32_t>> low_latency_forward_tokens_;  // [W][n_s]
+  std::vector<std::vector<uint8_t>> low_latency_forward_to_;      // [W][n_s, L]
 };
 
 }  // namespace moe_ep::cpu_backend

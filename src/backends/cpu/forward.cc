@@ -112,10 +112,41 @@ void CpuOp::forward_dispatch_rows() {
   }
 }
 
-// Forwarder role in combine: for each forwarded token t of source s, p = sum over the ranks j of
+// Forwarder role in decode mode's dispatch (low_latency.cc): the sources' rows went straight to
+// their slabs, and the routes staged here (fwd_src_token, fwd_topk_idx, fwd_count) are recorded
+// for low_latency_combine, as forward_dispatch_rows records them for combine.
+void CpuOp::record_forward_routes(std::vector<std::vector<int32_t>>* tokens,
+                                  std::vector<std::vector<uint8_t>>* to) const {
+  const int k = config_.topk;
+  const int node_size = shape_.node_size();
+  const int64_t max_tokens = config_.max_tokens_per_rank;
+  const RankBuffers& mine = shared_->buffers[rank_];
+  const int node = shape_.node_of(rank_);
+  const int first = shape_.first_rank_of(node);
+  tokens->assign(world_size_, {});
+  to->assign(world_size_, {});
+  for (int src = 0; src < world_size_; ++src) {
+    if (shape_.node_of(src) == node || shape_.forwarder(src, node) != rank_) continue;
+    const int64_t staged = mine.fwd_count[src];
+    MOE_EP_CHECK_INTERNAL(staged >= 0 && staged <= max_tokens, "rank ", src, " staged ", staged,
+                          " routes at forwarder ", rank_,
+                          ", outside [0, max_tokens_per_rank=", max_tokens, "]");
+    for (int64_t i = 0; i < staged; ++i) {
+      const int64_t stage_row = src * max_tokens + i;
+      const int32_t* slots = mine.fwd_topk_idx.data() + stage_row * k;  // [K] global ids
+      (*tokens)[src].push_back(mine.fwd_src_token[stage_row]);
+      for (int j = 0; j < node_size; ++j) {
+        (*to)[src].push_back(token_goes_to(shape_, slots, first + j) ? 1 : 0);
+      }
+    }
+  }
+}
+
+// Forwarder role in combine (both modes): for each forwarded token t of source s, p = sum over the ranks j of
 // this node that took t, ascending, of decode(row(j, node(s), t)) in fp32 from 0.0f; bf16(p),
 // encoded in the combine wire format, goes to row (this rank, t) of s's combine buffer.
-void CpuOp::forward_combine_partials() {
+void CpuOp::forward_combine_partials(const std::vector<std::vector<int32_t>>& tokens_of,
+                                     const std::vector<std::vector<uint8_t>>& to) {
   const int64_t h = config_.hidden;
   const int node_size = shape_.node_size();
   const int64_t max_tokens = config_.max_tokens_per_rank;
@@ -128,14 +159,14 @@ void CpuOp::forward_combine_partials() {
   formats::visit_format(config_.combine_dtype, [&](auto format) {
     using F = decltype(format);
     // Sized by the latest dispatch: W entries, empty for the sources not served.
-    for (int src = 0; src < static_cast<int>(forward_tokens_.size()); ++src) {
-      const std::vector<int32_t>& tokens = forward_tokens_[src];
+    for (int src = 0; src < static_cast<int>(tokens_of.size()); ++src) {
+      const std::vector<int32_t>& tokens = tokens_of[src];
       RankBuffers& dst = shared_->buffers[src];
       for (size_t i = 0; i < tokens.size(); ++i) {
         const int64_t t = tokens[i];
         std::fill(acc.begin(), acc.end(), 0.0f);
         for (int j = 0; j < node_size; ++j) {
-          if (!forward_to_[src][i * node_size + j]) continue;
+          if (!to[src][i * node_size + j]) continue;
           const int64_t row =
               fwd_combine_row(j, shape_.node_of(src), shape_.num_nodes(), max_tokens, t);
           formats::decode_row<F>(mine.fwd_combine_payload.data() + row * payload,

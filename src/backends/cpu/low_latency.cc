@@ -10,6 +10,12 @@
 // w_k * y[e_k][row]) in fp32 (product, then add), and stores p, encoded in the combine wire
 // format, at row (this rank, t) of s's combine area; after "low_latency_combine/exchange" s sums
 // its rows by ascending rank exactly as in normal mode (receive_combine).
+// Several nodes (docs/decode-mode.md#several-nodes): the rows still go straight to their slabs
+// (the one-node outputs), and each source also stages the route of every token bound for another
+// node at that node's forwarder, which records it in the receive part; in the combine a partial
+// for a source on another node goes to this node's forwarder for it, which sums its node's
+// partials after "low_latency_combine/forward" as in normal mode (forward.cc), and the source
+// sums node by node (receive_combine). The forwarders' step is part of the receive part.
 // Overlap hooks (docs/decode-mode.md#overlap-hooks): with return_recv_hook a call returns once
 // its own sends are stored (the send part: agreement and sends), and low_latency_dispatch_recv /
 // low_latency_combine_recv do the rest (the receive part: the "<call>/exchange" barrier and the
@@ -119,6 +125,36 @@ void CpuOp::send_low_latency_tokens(const LowLatencyDispatchArgs& args, const Se
       dst.stage_count[rank_] = static_cast<int32_t>(tokens.size());
     }
   });
+  if (several_nodes()) stage_low_latency_routes(args, plan);
+}
+
+// Several nodes, sender role: the rows themselves went straight to their slabs above (the bytes
+// a forwarder would store are the bytes staged, unchanged, so the slabs are the one-node ones);
+// what each other node's forwarder needs for the combine is the route: for every node n, the
+// tokens of this rank that some rank of n takes, ascending, with their global expert ids, at
+// rows (this rank, i) of n's forwarder's fwd_src_token and fwd_topk_idx, and their number.
+void CpuOp::stage_low_latency_routes(const LowLatencyDispatchArgs& args, const SendPlan& plan) {
+  const int k = config_.topk;
+  const int64_t max_tokens = config_.max_tokens_per_rank;
+  const int64_t num_tokens = args.topk_idx.rows();
+  const int32_t* topk_idx = args.topk_idx.ptr<int32_t>();  // [T, K]
+  std::vector<uint8_t> to_node(num_tokens);                // [T] token t goes to node n
+  for (int node = 0; node < shape_.num_nodes(); ++node) {
+    if (node == shape_.node_of(rank_)) continue;
+    std::fill(to_node.begin(), to_node.end(), 0);
+    for (int r = shape_.first_rank_of(node); r < shape_.first_rank_of(node + 1); ++r) {
+      for (const int32_t t : plan.tokens_per_dest[r]) to_node[t] = 1;
+    }
+    RankBuffers& fwd = shared_->buffers[shape_.forwarder(rank_, node)];
+    int64_t row = rank_ * max_tokens;  // this rank's rows at the forwarder
+    for (int64_t t = 0; t < num_tokens; ++t) {
+      if (!to_node[t]) continue;
+      std::memcpy(fwd.fwd_topk_idx.data() + row * k, topk_idx + t * k, sizeof(int32_t) * k);
+      fwd.fwd_src_token[row] = static_cast<int32_t>(t);
+      ++row;
+    }
+    fwd.fwd_count[rank_] = static_cast<int32_t>(row - rank_ * max_tokens);
+  }
 }
 
 // Receiver role: every source's staging rows are in place. Expanding them source by source, row
@@ -178,6 +214,8 @@ void CpuOp::receive_low_latency() {
       }
     }
   }
+  if (several_nodes())
+    record_forward_routes(&low_latency_forward_tokens_, &low_latency_forward_to_);
 }
 
 // The slabs' views: fixed memory, filled by receive_low_latency.
@@ -222,8 +260,7 @@ void CpuOp::low_latency_combine(const TensorView& y, const LowLatencyHandle& han
   guarded([&] {
     send_low_latency_partials(y);
     if (return_recv_hook) return;
-    sync("low_latency_combine/exchange");  // every partial result has landed
-    receive_combine(low_latency_plan_, latest_low_latency_.num_tokens, out);
+    receive_low_latency_combine(out);
   });
   if (return_recv_hook) pending_ = PendingRecv{CallKind::kLowLatencyCombine, handle, out};
 }
@@ -234,10 +271,18 @@ void CpuOp::low_latency_combine_recv(const LowLatencyHandle& handle, void* /*str
   check_usable();
   // No step of its own, as low_latency_dispatch_recv.
   const PendingRecv pending = take_pending(CallKind::kLowLatencyCombine, handle, call);
-  guarded([&] {
-    sync("low_latency_combine/exchange");  // every partial result has landed
-    receive_combine(low_latency_plan_, latest_low_latency_.num_tokens, pending.out);
-  });
+  guarded([&] { receive_low_latency_combine(pending.out); });
+}
+
+// With several nodes each forwarder first sums its node's partials of every token it forwards
+// (forward.cc, as in normal mode); then the source sums node by node (receive_combine).
+void CpuOp::receive_low_latency_combine(const TensorView& out) {
+  if (several_nodes()) {
+    sync("low_latency_combine/forward");  // every partial for another node is at its forwarder
+    forward_combine_partials(low_latency_forward_tokens_, low_latency_forward_to_);
+  }
+  sync("low_latency_combine/exchange");  // every partial result has landed
+  receive_combine(low_latency_plan_, latest_low_latency_.num_tokens, out);
 }
 
 // Sender (expert rank) role: for each received (s, t), p = bf16(sum over t's slots k ascending
@@ -252,6 +297,8 @@ void CpuOp::send_low_latency_partials(const TensorView& y) {
   const uint16_t* y_rows = y.ptr<uint16_t>();                       // [E/W, W*Tmax, H] bf16
   std::vector<float> acc(h);                                        // [H]
   std::vector<uint16_t> partial(h);                                 // [H] bf16
+  const int node = shape_.node_of(rank_);
+  const int position = rank_ - shape_.first_rank_of(node);  // this rank's place in its node
   formats::visit_format(config_.combine_dtype, [&](auto format) {
     using F = decltype(format);
     for (size_t n = 0; n < low_latency_src_rank_.size(); ++n) {
@@ -267,11 +314,24 @@ void CpuOp::send_low_latency_partials(const TensorView& y) {
         }
       }
       for (int64_t j = 0; j < h; ++j) partial[j] = formats::float_to_bf16(acc[j]);
-      RankBuffers& dst = shared_->buffers[low_latency_src_rank_[n]];
-      const int64_t row = rank_ * max_tokens + low_latency_src_token_[n];
-      formats::encode_row<F>(
-          partial.data(), h, dst.combine_payload.data() + row * payload,
-          reinterpret_cast<typename F::Scale*>(dst.combine_scales.data() + row * scales));
+      const int src = low_latency_src_rank_[n];
+      const int64_t t = low_latency_src_token_[n];
+      uint8_t* payload_row = nullptr;
+      uint8_t* scale_row = nullptr;
+      if (shape_.node_of(src) == node) {
+        RankBuffers& dst = shared_->buffers[src];
+        const int64_t row = rank_ * max_tokens + t;
+        payload_row = dst.combine_payload.data() + row * payload;
+        scale_row = dst.combine_scales.data() + row * scales;
+      } else {  // to the forwarder of this node for src, as send_combine_rows
+        RankBuffers& dst = shared_->buffers[shape_.forwarder(src, node)];
+        const int64_t row =
+            fwd_combine_row(position, shape_.node_of(src), shape_.num_nodes(), max_tokens, t);
+        payload_row = dst.fwd_combine_payload.data() + row * payload;
+        scale_row = dst.fwd_combine_scales.data() + row * scales;
+      }
+      formats::encode_row<F>(partial.data(), h, payload_row,
+                             reinterpret_cast<typename F::Scale*>(scale_row));
     }
   });
 }
