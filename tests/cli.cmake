@@ -125,6 +125,12 @@ set_tests_properties(cli_bench_ranks_per_node PROPERTIES LABELS cpu TIMEOUT 60
 moe_ep_cli_ok(bench_decode_ranks_per_node_world "mode decode" "# wrong: 0 OK" --
               ${MOE_EP_CLI} bench --backend cpu --mode decode --ranks 2 --ranks-per-node 2
               --experts 4 --topk 2 --tokens 4 --dispatch-dtype bf16 --combine-dtype bf16 ${small})
+# Decode mode over several nodes (CPU backend): every pair at 4 ranks as 2 nodes of 2, combine
+# checked against the reference's by-node sum of the expert-side partials, with the net columns.
+moe_ep_cli_ok(bench_decode_ranks_per_node "mode decode" "# nodes: 2 of 2" "d_net_MB"
+              "# wrong: 0 OK" --
+              ${MOE_EP_CLI} bench --backend cpu --mode decode --ranks 4 --ranks-per-node 2
+              --experts 8 --topk 3 --tokens 6 --masked-fraction 0.2 ${small})
 
 # moe-ep config: resolution, sources, warnings, knobs.
 moe_ep_cli_ok(config_fp4 "mxfp4_blockwise" "float8_blockwise" "auto: weights mxfp4" "knobs:"
@@ -186,7 +192,7 @@ moe_ep_cli_error(tokens_list_above_max 2 "--tokens=8" "--max-tokens=4" --
                  ${MOE_EP_CLI} bench --mode decode --tokens 1,8 --max-tokens 4)
 moe_ep_cli_error(tokens_above_max_4 2 "--tokens=8" "--max-tokens=4" --
                  ${MOE_EP_CLI} bench --mode decode --tokens 8 --max-tokens 4)
-# --ranks-per-node: 0 < L <= --ranks, dividing it; several nodes only in --mode normal.
+# --ranks-per-node: 0 < L <= --ranks, dividing it.
 moe_ep_cli_error(ranks_per_node_not_dividing 2 "--ranks-per-node=3" "divide --ranks=4" --
                  ${MOE_EP_CLI} bench --backend cpu --ranks 4 --ranks-per-node 3)
 moe_ep_cli_error(ranks_per_node_negative 2 "--ranks-per-node=-1" ">= 1" --
@@ -197,8 +203,6 @@ moe_ep_cli_error(ranks_per_node_above_ranks 2 "--ranks-per-node=8" "<= --ranks=4
                  ${MOE_EP_CLI} bench --backend cpu --ranks 4 --ranks-per-node 8)
 moe_ep_cli_error(ranks_per_node_not_integer 2 "--ranks-per-node=two" "integer" --
                  ${MOE_EP_CLI} bench --ranks-per-node two)
-moe_ep_cli_error(decode_ranks_per_node 2 "--ranks-per-node=2" "--mode decode" "--ranks=4" --
-                 ${MOE_EP_CLI} bench --backend cpu --mode decode --ranks 4 --ranks-per-node 2)
 moe_ep_cli_error(unknown_option 2 "--bogus" -- ${MOE_EP_CLI} bench --bogus)
 moe_ep_cli_error(no_command 2 "subcommand" -- ${MOE_EP_CLI})
 moe_ep_cli_error(config_env_bogus 2 "MOE_EP_DISPATCH_DTYPE" "bogus" --

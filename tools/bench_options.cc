@@ -224,8 +224,8 @@ BenchPlan plan_bench(const BenchOptions& o) {
                  "ranks must be <= " + std::to_string(visible_gpus) +
                      ", the number of visible CUDA devices (one rank per GPU)");
   }
-  // --ranks-per-node L: 0 < L <= --ranks, dividing it. Decode mode over several nodes is built
-  // on the CPU backend only, and the bench does not run it yet.
+  // --ranks-per-node L: 0 < L <= --ranks, dividing it, in either mode (several nodes run on the
+  // CPU backend; the CUDA backend rejects L < W when the op is created).
   if (o.ranks_per_node) {
     const int l = *o.ranks_per_node;
     const std::string value = std::to_string(l);
@@ -240,13 +240,6 @@ BenchPlan plan_bench(const BenchOptions& o) {
                        " (every node holds the same number of ranks)");
     }
     plan.ranks_per_node = l;
-    if (plan.mode == BenchMode::kDecode && l < s.ranks) {
-      bad_argument("--ranks-per-node", value,
-                   "several nodes (below --ranks=" + std::to_string(s.ranks) +
-                       ") are not supported with --mode decode; allowed with --mode decode: "
-                       "unset or " +
-                       std::to_string(s.ranks));
-    }
   }
   for (int tokens : plan.token_sizes) check_at_least("--tokens", tokens, 0, "tokens");
   check_at_least("--iters", plan.iters, 1, "iters");
