@@ -253,18 +253,27 @@ TEST(LowLatency, PrequantizedEqualsNormalMode) {
   }
 }
 
-TEST(LowLatency, SeveralRoundsInterleavedWithNormalMode) {
-  // One op per rank; the calls interleave as
-  //   dispatch #1, low_latency_dispatch #1, combine #1, low_latency_combine #1,
-  //   low_latency_dispatch #2, dispatch #2, low_latency_combine #2, combine #2,
-  //   low_latency_dispatch #3, low_latency_combine #3.
-  // Each mode counts its own calls, and each dispatch's outputs survive the other mode's calls
-  // made before its combine (they are read only at the combine).
-  const int w = 3;
-  const InputSpec spec = spec_for(w, 12, 4, 128, 10, {DispatchDtype::fp8, CombineDtype::fp8});
+// One op per rank; the calls interleave as
+//   dispatch #1, low_latency_dispatch #1, combine #1, low_latency_combine #1,
+//   low_latency_dispatch #2, dispatch #2, low_latency_combine #2, combine #2,
+//   low_latency_dispatch #3, low_latency_combine #3.
+// Each mode counts its own calls, and each dispatch's outputs survive the other mode's calls
+// made before its combine (they are read only at the combine). With ranks_per_node < W both
+// modes also share the forwarders' buffers of the CPU backend.
+void check_rounds_interleaved_with_normal_mode(int w, int ranks_per_node) {
+  InputSpec spec = spec_for(w, 4 * w, 4, 128, 10, {DispatchDtype::fp8, CombineDtype::fp8});
+  spec.config.ranks_per_node = ranks_per_node;
   const OpConfig& c = spec.config;
-  const std::vector<std::vector<int64_t>> ll_tokens = {{10, 2, 7}, {0, 9, 3}, {4, 4, 10}};
-  const std::vector<std::vector<int64_t>> normal_tokens = {{3, 10, 1}, {6, 0, 8}};
+  // Tokens per rank of each round: a few patterns, a rank without tokens among them.
+  const auto tokens_of = [w](std::vector<int64_t> pattern) {
+    std::vector<int64_t> t(w);
+    for (int r = 0; r < w; ++r) t[r] = pattern[r % pattern.size()];
+    return t;
+  };
+  const std::vector<std::vector<int64_t>> ll_tokens = {tokens_of({10, 2, 7}), tokens_of({0, 9, 3}),
+                                                       tokens_of({4, 4, 10})};
+  const std::vector<std::vector<int64_t>> normal_tokens = {tokens_of({3, 10, 1}),
+                                                           tokens_of({6, 0, 8})};
   std::vector<LowLatencyRound> ll;
   for (size_t i = 0; i < ll_tokens.size(); ++i) {
     ll.emplace_back(w, make_inputs(spec, test_seed() + 1000 * (i + 1), ll_tokens[i]));
@@ -331,6 +340,14 @@ TEST(LowLatency, SeveralRoundsInterleavedWithNormalMode) {
     SCOPED_TRACE("normal round " + std::to_string(i + 1));
     testing::check_round(c, w, normal[i], i + 1);
   }
+}
+
+TEST(LowLatency, SeveralRoundsInterleavedWithNormalMode) {
+  check_rounds_interleaved_with_normal_mode(3, 0);
+}
+
+TEST(LowLatency, SeveralRoundsInterleavedWithNormalModeOverTwoNodes) {
+  check_rounds_interleaved_with_normal_mode(4, 2);
 }
 
 TEST(LowLatency, CombineSumsSlotsAscendingWithoutFma) {
