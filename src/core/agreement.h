@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "moe_ep/errors.h"
 #include "moe_ep/op.h"
 
 namespace moe_ep {
@@ -25,6 +26,21 @@ struct StepVerdict {
   // this rank raises it as InvalidUsage. Peers see a rejection like any other.
   bool usage_error = false;
 };
+
+// Runs this rank's checks of a collective call's arguments and records how they failed, if they
+// did: an InvalidArgument as the rejection's reason, an InvalidUsage (the call cannot be made now)
+// as a usage error. The rank then states the verdict at the step like any other.
+template <typename Checks>
+void collect_rejection(StepVerdict& verdict, Checks&& checks) {
+  try {
+    checks();
+  } catch (const InvalidArgument& e) {
+    verdict.error = e.what();
+  } catch (const InvalidUsage& e) {
+    verdict.error = e.what();
+    verdict.usage_error = true;
+  }
+}
 
 struct RankVerdict {
   int rank = 0;

@@ -35,15 +35,10 @@ void CpuOp::combine(const Handle& handle, const TensorView& y, const TensorView&
   post.num_tokens = 0;
   post.send_counts.assign(world_size_, 0);
   StepVerdict verdict = next_step(CallKind::kCombine);
-  try {
+  collect_rejection(verdict, [&] {
     check_nothing_pending();
     check_combine_args(handle, y, out);
-  } catch (const InvalidArgument& e) {
-    verdict.error = e.what();
-  } catch (const InvalidUsage& e) {
-    verdict.error = e.what();
-    verdict.usage_error = true;
-  }
+  });
   publish_and_settle(verdict);
   guarded([&] {
     send_combine_rows(y);

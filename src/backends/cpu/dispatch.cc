@@ -55,19 +55,14 @@ DispatchResult CpuOp::dispatch(const DispatchArgs& args) {
   post.send_counts.assign(world_size_, 0);
   StepVerdict verdict = next_step(CallKind::kDispatch);
   SendPlan plan;
-  try {
+  collect_rejection(verdict, [&] {
     check_nothing_pending();
     int64_t num_tokens = 0;
     check_dispatch_args(args, &num_tokens);
     plan = plan_sends(shape_, args.topk_idx.ptr<int32_t>(), num_tokens);
     post.num_tokens = num_tokens;
     for (int dest = 0; dest < world_size_; ++dest) post.send_counts[dest] = plan.count(dest);
-  } catch (const InvalidArgument& e) {
-    verdict.error = e.what();
-  } catch (const InvalidUsage& e) {
-    verdict.error = e.what();
-    verdict.usage_error = true;
-  }
+  });
   publish_and_settle(verdict);
 
   DispatchResult result;

@@ -41,19 +41,14 @@ LowLatencyDispatchResult CpuOp::low_latency_dispatch(const LowLatencyDispatchArg
   post.send_counts.assign(world_size_, 0);
   StepVerdict verdict = next_step(CallKind::kLowLatencyDispatch);
   SendPlan plan;
-  try {
+  collect_rejection(verdict, [&] {
     check_nothing_pending();
     int64_t num_tokens = 0;
     check_low_latency_enabled(config_);
     check_dispatch_args(args, &num_tokens);
     plan = plan_sends(shape_, args.topk_idx.ptr<int32_t>(), num_tokens);
     post.num_tokens = num_tokens;
-  } catch (const InvalidArgument& e) {
-    verdict.error = e.what();
-  } catch (const InvalidUsage& e) {
-    verdict.error = e.what();
-    verdict.usage_error = true;
-  }
+  });
   publish_and_settle(verdict);
 
   guarded([&] {
@@ -247,15 +242,10 @@ void CpuOp::low_latency_combine(const TensorView& y, const LowLatencyHandle& han
   post.num_tokens = 0;
   post.send_counts.assign(world_size_, 0);
   StepVerdict verdict = next_step(CallKind::kLowLatencyCombine);
-  try {
+  collect_rejection(verdict, [&] {
     check_nothing_pending();
     check_low_latency_combine_args(y, handle, out);
-  } catch (const InvalidArgument& e) {
-    verdict.error = e.what();
-  } catch (const InvalidUsage& e) {
-    verdict.error = e.what();
-    verdict.usage_error = true;
-  }
+  });
   publish_and_settle(verdict);
   guarded([&] {
     send_low_latency_partials(y);

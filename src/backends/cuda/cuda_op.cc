@@ -113,15 +113,29 @@ std::vector<MemoryRange> CudaOp::owned_memory() const {
   return {{buffer_->local(), buffer_->bytes()}};
 }
 
+void CudaOp::write_my_reason(const std::string& error) {
+  StepReason& r = host_.host()->my_reason;
+  std::memset(&r, 0, sizeof(r));
+  const size_t n = std::min(error.size(), sizeof(r.text) - 1);
+  std::memcpy(r.text, error.data(), n);
+  r.text_bytes = static_cast<int32_t>(n);
+}
+
+void CudaOp::launch_validation(const DispatchArgs& args, bool prequantized, int64_t num_tokens,
+                               cudaStream_t stream) {
+  ValidateParams vp{rank_info(),
+                    args.topk_idx.ptr<int32_t>(),
+                    prequantized ? nullptr : args.x.ptr<uint16_t>(),
+                    args.topk_weights.ptr<float>(),
+                    static_cast<int32_t>(num_tokens),
+                    Knobs::get().validate,
+                    error_sink()};
+  MOE_EP_CUDA_CHECK(launch_validate(vp, num_sms_ * Policy::kValidateBlocksPerSm, stream));
+}
+
 void CudaOp::begin_step(cudaStream_t stream, const StepVerdict& verdict) {
   const uint64_t step = ++steps_;
-  if (!verdict.error.empty()) {
-    StepReason& r = host_.host()->my_reason;
-    std::memset(&r, 0, sizeof(r));
-    const size_t n = std::min(verdict.error.size(), sizeof(r.text) - 1);
-    std::memcpy(r.text, verdict.error.data(), n);
-    r.text_bytes = static_cast<int32_t>(n);
-  }
+  if (!verdict.error.empty()) write_my_reason(verdict.error);
   StepParams sp;
   sp.info = rank_info();
   sp.peers = buffer_->peers();
@@ -132,7 +146,7 @@ void CudaOp::begin_step(cudaStream_t stream, const StepVerdict& verdict) {
   sp.my_reason = &host_.device()->my_reason;
   sp.outcome = &host_.device()->step;
   sp.timeout_ns = timeout_ns();
-  sp.err = ErrorSink{&host_.device()->error, error_flag_.get()};
+  sp.err = error_sink();
   MOE_EP_CUDA_CHECK(launch_step(sp, stream));
   last_kind_ = verdict.kind;
   last_verdict_ = verdict;
@@ -151,7 +165,7 @@ DispatchResult CudaOp::dispatch(const DispatchArgs& args) {
   StepVerdict verdict = next_step(CallKind::kDispatch);
   bool prequantized = false;
   int64_t num_tokens = 0;
-  try {
+  collect_rejection(verdict, [&] {
     check_nothing_pending();
     num_tokens = check_dispatch_args(config_, args, {DeviceType::kCuda, device_}, &prequantized);
     const std::vector<MemoryRange> owned = owned_memory();
@@ -159,28 +173,16 @@ DispatchResult CudaOp::dispatch(const DispatchArgs& args) {
     check_not_aliased("x_scales", args.x_scales, owned);
     check_not_aliased("topk_idx", args.topk_idx, owned);
     check_not_aliased("topk_weights", args.topk_weights, owned);
-  } catch (const InvalidArgument& e) {
-    verdict.error = e.what();
-  } catch (const InvalidUsage& e) {
-    verdict.error = e.what();
-    verdict.usage_error = true;
-  }
+  });
   const bool accepted = verdict.error.empty();
   auto stream = static_cast<cudaStream_t>(args.stream);
   const RankInfo info = rank_info();
-  const ErrorSink sink{&host_.device()->error, error_flag_.get()};
+  const ErrorSink sink = error_sink();
   host_.host()->num_recv = -1;
   try {
     if (have_call_) MOE_EP_CUDA_CHECK(cudaStreamWaitEvent(stream, call_done_.get(), 0));
     if (accepted) {
-      ValidateParams vp{info,
-                        args.topk_idx.ptr<int32_t>(),
-                        prequantized ? nullptr : args.x.ptr<uint16_t>(),
-                        args.topk_weights.ptr<float>(),
-                        static_cast<int32_t>(num_tokens),
-                        Knobs::get().validate,
-                        sink};
-      MOE_EP_CUDA_CHECK(launch_validate(vp, num_sms_ * Policy::kValidateBlocksPerSm, stream));
+      launch_validation(args, prequantized, num_tokens, stream);
     }
     begin_step(stream, verdict);
     if (accepted) {
@@ -253,18 +255,13 @@ void CudaOp::combine(const Handle& handle, const TensorView& y, const TensorView
   DeviceGuard guard(device_);
   raise_device_error("combine");
   StepVerdict verdict = next_step(CallKind::kCombine);
-  try {
+  collect_rejection(verdict, [&] {
     check_nothing_pending();
     check_combine_args(config_, latest_, handle, y, out, {DeviceType::kCuda, device_});
     MOE_EP_CHECK_ARG(!combined_, "handle of dispatch call ", handle.call_seq,
                      " was already combined: the CUDA backend combines each dispatch once");
     check_not_aliased("out", out, owned_memory());
-  } catch (const InvalidArgument& e) {
-    verdict.error = e.what();
-  } catch (const InvalidUsage& e) {
-    verdict.error = e.what();
-    verdict.usage_error = true;
-  }
+  });
   const bool accepted = verdict.error.empty();
   auto stream = static_cast<cudaStream_t>(stream_arg);
   try {
@@ -282,7 +279,7 @@ void CudaOp::combine(const Handle& handle, const TensorView& y, const TensorView
                        counters_.get() + 2,
                        steps_,
                        timeout_ns(),
-                       ErrorSink{&host_.device()->error, error_flag_.get()}};
+                       error_sink()};
       MOE_EP_CUDA_CHECK(launch_combine(config_.combine_dtype, cp, data_blocks_, stream));
     }
     end_call(stream);
@@ -316,11 +313,7 @@ void CudaOp::reject(CallKind kind, const std::string& reason, void* stream_arg) 
     if (have_call_) MOE_EP_CUDA_CHECK(cudaStreamWaitEvent(stream, call_done_.get(), 0));
     if (decode) {
       // Decode calls agree through decode mode's own step words.
-      StepReason& r = host_.host()->my_reason;
-      std::memset(&r, 0, sizeof(r));
-      const size_t n = std::min(verdict.error.size(), sizeof(r.text) - 1);
-      std::memcpy(r.text, verdict.error.data(), n);
-      r.text_bytes = static_cast<int32_t>(n);
+      write_my_reason(verdict.error);
       MOE_EP_CUDA_CHECK(launch_ll_step(ll_params(kind, /*host_rejected=*/true), stream));
       last_kind_ = kind;
       last_verdict_ = verdict;

@@ -63,6 +63,13 @@ class CudaOp final : public OpBase {
   // Starts a call on `stream`: after the op's previous call, with the step agreement.
   // `rejection` empty means this rank accepted its arguments.
   void begin_step(cudaStream_t stream, const StepVerdict& verdict);
+  // This rank's reason for rejecting its call, where its step kernel copies it to the peers.
+  void write_my_reason(const std::string& error);
+  // Where kernels report errors: the mapped record and the device flag.
+  ErrorSink error_sink() const { return ErrorSink{&host_.device()->error, error_flag_.get()}; }
+  // The scan of an accepted dispatch's ids (and, with MOE_EP_VALIDATE, values) before its step.
+  void launch_validation(const DispatchArgs& args, bool prequantized, int64_t num_tokens,
+                         cudaStream_t stream);
   void end_call(cudaStream_t stream);
   // Raises what the device reported for the call that ended (or an earlier asynchronous one):
   // calls out of step (InvalidUsage), this rank's own rejection, a peer's rejection

@@ -10,7 +10,6 @@
 // send part (step and sends) and leaves its receive part pending on the host; the receive call
 // queues the kernels that wait for the peers' stores, on its own stream behind the op's previous
 // call like any call, so a hooked round can be captured too.
-#include <cstring>
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/cuda_op.h"
@@ -47,7 +46,7 @@ LowLatencyParams CudaOp::ll_params(CallKind kind, bool host_rejected) const {
   p.src_slot = ll_src_slot_.get();
   p.tickets = ll_tickets_.get();
   p.timeout_ns = static_cast<uint64_t>(Knobs::get().timeout_s * 1e9);
-  p.err = ErrorSink{&host_.device()->error, error_flag_.get()};
+  p.err = error_sink();
   return p;
 }
 
@@ -72,7 +71,7 @@ LowLatencyDispatchResult CudaOp::low_latency_dispatch(const LowLatencyDispatchAr
   StepVerdict verdict = next_step(CallKind::kLowLatencyDispatch);
   bool prequantized = false;
   int64_t num_tokens = 0;
-  try {
+  collect_rejection(verdict, [&] {
     check_nothing_pending();
     check_low_latency_enabled(config_);
     num_tokens = check_dispatch_args(config_, args, {DeviceType::kCuda, device_}, &prequantized);
@@ -80,12 +79,7 @@ LowLatencyDispatchResult CudaOp::low_latency_dispatch(const LowLatencyDispatchAr
     check_not_aliased("x", args.x, owned);
     check_not_aliased("topk_idx", args.topk_idx, owned);
     check_not_aliased("topk_weights", args.topk_weights, owned);
-  } catch (const InvalidArgument& e) {
-    verdict.error = e.what();
-  } catch (const InvalidUsage& e) {
-    verdict.error = e.what();
-    verdict.usage_error = true;
-  }
+  });
   const bool accepted = verdict.error.empty();
   auto stream = static_cast<cudaStream_t>(args.stream);
   const bool in_graph = capturing(stream);
@@ -98,19 +92,9 @@ LowLatencyDispatchResult CudaOp::low_latency_dispatch(const LowLatencyDispatchAr
     if (have_call_ && !in_graph)
       MOE_EP_CUDA_CHECK(cudaStreamWaitEvent(stream, call_done_.get(), 0));
     if (accepted) {
-      ValidateParams vp{rank_info(),
-                        args.topk_idx.ptr<int32_t>(),
-                        prequantized ? nullptr : args.x.ptr<uint16_t>(),
-                        args.topk_weights.ptr<float>(),
-                        static_cast<int32_t>(num_tokens),
-                        Knobs::get().validate,
-                        ErrorSink{&host_.device()->error, error_flag_.get()}};
-      MOE_EP_CUDA_CHECK(launch_validate(vp, num_sms_ * Policy::kValidateBlocksPerSm, stream));
+      launch_validation(args, prequantized, num_tokens, stream);
     } else {
-      std::memset(&host_.host()->my_reason, 0, sizeof(StepReason));
-      const size_t n = std::min(verdict.error.size(), sizeof(host_.host()->my_reason.text) - 1);
-      std::memcpy(host_.host()->my_reason.text, verdict.error.data(), n);
-      host_.host()->my_reason.text_bytes = static_cast<int32_t>(n);
+      write_my_reason(verdict.error);
     }
     LowLatencyParams p = ll_params(CallKind::kLowLatencyDispatch, !accepted);
     MOE_EP_CUDA_CHECK(launch_ll_step(p, stream));
@@ -178,17 +162,12 @@ void CudaOp::low_latency_combine(const TensorView& y, const LowLatencyHandle& ha
   DeviceGuard guard(device_);
   raise_device_error("low_latency_combine");
   StepVerdict verdict = next_step(CallKind::kLowLatencyCombine);
-  try {
+  collect_rejection(verdict, [&] {
     check_nothing_pending();
     check_low_latency_combine_args(config_, world_size_, latest_low_latency_, handle, y, out,
                                    {DeviceType::kCuda, device_});
     check_not_aliased("out", out, owned_memory());
-  } catch (const InvalidArgument& e) {
-    verdict.error = e.what();
-  } catch (const InvalidUsage& e) {
-    verdict.error = e.what();
-    verdict.usage_error = true;
-  }
+  });
   const bool accepted = verdict.error.empty();
   auto stream = static_cast<cudaStream_t>(stream_arg);
   const bool in_graph = capturing(stream);
@@ -197,10 +176,7 @@ void CudaOp::low_latency_combine(const TensorView& y, const LowLatencyHandle& ha
     if (have_call_ && !in_graph)
       MOE_EP_CUDA_CHECK(cudaStreamWaitEvent(stream, call_done_.get(), 0));
     if (!accepted) {
-      std::memset(&host_.host()->my_reason, 0, sizeof(StepReason));
-      const size_t n = std::min(verdict.error.size(), sizeof(host_.host()->my_reason.text) - 1);
-      std::memcpy(host_.host()->my_reason.text, verdict.error.data(), n);
-      host_.host()->my_reason.text_bytes = static_cast<int32_t>(n);
+      write_my_reason(verdict.error);
     }
     LowLatencyParams p = ll_params(CallKind::kLowLatencyCombine, !accepted);
     MOE_EP_CUDA_CHECK(launch_ll_step(p, stream));
