@@ -119,6 +119,29 @@ BenchTensor upload_new(BenchBackend& backend, int rank, const void* host, const 
   return t;
 }
 
+// This rank's inputs uploaded to the backend and its out buffer [T, H], as both modes use them.
+struct RankTensors {
+  BenchTensor x, topk_idx, topk_weights, out;
+  DispatchArgs args(void* stream) const {
+    DispatchArgs a;
+    a.x = x.view;                        // [T, H] bf16
+    a.topk_idx = topk_idx.view;          // [T, K] int32
+    a.topk_weights = topk_weights.view;  // [T, K] fp32
+    a.stream = stream;
+    return a;
+  }
+};
+
+RankTensors upload_rank(BenchBackend& backend, int rank, const RankInputs& in,
+                        const InputShape& s) {
+  return {
+      upload_new(backend, rank, in.x.data(), shape_of(ScalarType::kBFloat16, s.tokens, s.hidden)),
+      upload_new(backend, rank, in.topk_idx.data(), shape_of(ScalarType::kInt32, s.tokens, s.topk)),
+      upload_new(backend, rank, in.topk_weights.data(),
+                 shape_of(ScalarType::kFloat32, s.tokens, s.topk)),
+      backend.alloc(rank, shape_of(ScalarType::kBFloat16, s.tokens, s.hidden))};
+}
+
 // Step 4: the NCCL all-to-allv baseline of this rank, the same bytes per peer as each leg.
 void run_nccl_baseline(const PairContext& ctx, int rank, PairShared& shared) {
   const int ranks = ctx.plan.shape.ranks;
@@ -179,21 +202,10 @@ void run_rank_decode(const PairContext& ctx, int rank, PairShared& shared) {
   }
 
   // 2. Device inputs, the op (low_latency = true) and the checked run.
-  const BenchTensor x =
-      upload_new(backend, rank, in.x.data(), shape_of(ScalarType::kBFloat16, s.tokens, s.hidden));
-  const BenchTensor topk_idx =
-      upload_new(backend, rank, in.topk_idx.data(), shape_of(ScalarType::kInt32, s.tokens, s.topk));
-  const BenchTensor topk_weights = upload_new(backend, rank, in.topk_weights.data(),
-                                              shape_of(ScalarType::kFloat32, s.tokens, s.topk));
-  const BenchTensor out =
-      backend.alloc(rank, shape_of(ScalarType::kBFloat16, s.tokens, s.hidden));  // [T, H]
+  const RankTensors tensors = upload_rank(backend, rank, in, s);
+  const BenchTensor& out = tensors.out;
   const std::shared_ptr<Op> op = create_op(ctx.comms[rank], op_config(ctx.plan, ctx.pair));
-
-  LowLatencyDispatchArgs args;
-  args.x = x.view;                        // [T, H] bf16
-  args.topk_idx = topk_idx.view;          // [T, K] int32
-  args.topk_weights = topk_weights.view;  // [T, K] fp32
-  args.stream = stream;
+  const LowLatencyDispatchArgs args = tensors.args(stream);
   LowLatencyDispatchResult result = op->low_latency_dispatch(args);
   op->synchronize(stream);
   const LowLatencyOutputs got = download_low_latency_outputs(backend, rank, result);
@@ -280,21 +292,10 @@ void run_rank(const PairContext& ctx, int rank, PairShared& shared) {
   }
 
   // 2. Device inputs, the op and the checked run.
-  const BenchTensor x =
-      upload_new(backend, rank, in.x.data(), shape_of(ScalarType::kBFloat16, s.tokens, s.hidden));
-  const BenchTensor topk_idx =
-      upload_new(backend, rank, in.topk_idx.data(), shape_of(ScalarType::kInt32, s.tokens, s.topk));
-  const BenchTensor topk_weights = upload_new(backend, rank, in.topk_weights.data(),
-                                              shape_of(ScalarType::kFloat32, s.tokens, s.topk));
-  const BenchTensor out =
-      backend.alloc(rank, shape_of(ScalarType::kBFloat16, s.tokens, s.hidden));  // [T, H]
+  const RankTensors tensors = upload_rank(backend, rank, in, s);
+  const BenchTensor& out = tensors.out;
   const std::shared_ptr<Op> op = create_op(ctx.comms[rank], op_config(ctx.plan, ctx.pair));
-
-  DispatchArgs args;
-  args.x = x.view;                        // [T, H] bf16
-  args.topk_idx = topk_idx.view;          // [T, K] int32
-  args.topk_weights = topk_weights.view;  // [T, K] fp32
-  args.stream = stream;
+  const DispatchArgs args = tensors.args(stream);
   DispatchResult result = op->dispatch(args);
   op->synchronize(stream);
   const DispatchOutputs got = download_outputs(backend, rank, result);
