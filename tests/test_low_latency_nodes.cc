@@ -13,6 +13,7 @@
 
 #include "testing/harness.h"
 #include "testing/low_latency.h"
+#include "testing/nodes.h"
 
 namespace moe_ep {
 namespace {
@@ -24,35 +25,15 @@ using testing::expect_same;
 using testing::InputSpec;
 using testing::LowLatencyRound;
 using testing::make_inputs;
+using testing::node_token_counts;
+using testing::Nodes;
+using testing::nodes_name;
 using testing::pair_name;
 using testing::RankInput;
 using testing::test_seed;
 
-struct Nodes {
-  int world_size;
-  int ranks_per_node;
-};
-
-// Four experts per rank, top-4 (so most tokens reach several nodes), two fp8 blocks per row.
 InputSpec spec_for(Nodes nodes, DtypePair pair) {
-  InputSpec spec;
-  spec.world_size = nodes.world_size;
-  spec.config.num_experts = 4 * nodes.world_size;
-  spec.config.topk = 4;
-  spec.config.hidden = 256;
-  spec.config.max_tokens_per_rank = 16;
-  spec.config.dispatch_dtype = pair.dispatch;
-  spec.config.combine_dtype = pair.combine;
-  spec.config.low_latency = true;
-  spec.config.ranks_per_node = nodes.ranks_per_node;
-  return spec;
-}
-
-// Token counts that differ per rank and round, rank 1 with none, one rank at max_tokens_per_rank.
-std::vector<int64_t> token_counts(int world_size, int round) {
-  std::vector<int64_t> tokens;
-  for (int r = 0; r < world_size; ++r) tokens.push_back(r == 1 ? 0 : (5 + 7 * r + 3 * round) % 17);
-  return tokens;
+  return testing::nodes_spec(nodes, pair, /*low_latency=*/true);
 }
 
 // Runs `rounds` on one op per rank with `config`, checks every round against the reference (the
@@ -88,7 +69,7 @@ std::vector<std::vector<RankInput>> two_rounds(const InputSpec& spec) {
   std::vector<std::vector<RankInput>> rounds;
   for (int i = 0; i < 2; ++i) {
     rounds.push_back(
-        make_inputs(spec, test_seed() + 1000 * (i + 1), token_counts(spec.world_size, i)));
+        make_inputs(spec, test_seed() + 1000 * (i + 1), node_token_counts(spec.world_size, i)));
   }
   return rounds;
 }
@@ -105,10 +86,6 @@ TEST_P(LowLatencyNodes, SlabsAsOneNodeCombineNodeByNode) {
     for (int32_t c : r.recv_count) total += c;
   }
   EXPECT_GT(total, 30);  // the case really moves data
-}
-
-std::string nodes_name(const Nodes& n) {
-  return "W" + std::to_string(n.world_size) + "_L" + std::to_string(n.ranks_per_node);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllDtypePairs, LowLatencyNodes,
@@ -192,8 +169,9 @@ TEST(LowLatencyNodes, DecodeModeEqualsNormalMode) {
       SCOPED_TRACE(pair_name(pair) + " " + nodes_name(nodes));
       InputSpec spec = spec_for(nodes, pair);
       spec.mask_prob = 0.1;
-      testing::check_modes_agree(spec.config, nodes.world_size,
-                                 make_inputs(spec, test_seed(), token_counts(nodes.world_size, 0)));
+      testing::check_modes_agree(
+          spec.config, nodes.world_size,
+          make_inputs(spec, test_seed(), node_token_counts(nodes.world_size, 0)));
     }
   }
 }

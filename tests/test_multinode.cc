@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "testing/harness.h"
+#include "testing/nodes.h"
 
 namespace moe_ep {
 namespace {
@@ -24,6 +25,9 @@ using testing::expect_same_dispatch;
 using testing::Expected;
 using testing::InputSpec;
 using testing::make_inputs;
+using testing::node_token_counts;
+using testing::Nodes;
+using testing::nodes_name;
 using testing::pair_name;
 using testing::RankInput;
 using testing::RankOutcome;
@@ -32,30 +36,8 @@ using testing::run_once;
 using testing::run_ranks_outcomes;
 using testing::test_seed;
 
-struct Nodes {
-  int world_size;
-  int ranks_per_node;
-};
-
-// Four experts per rank, top-4 (so most tokens reach several nodes), two fp8 blocks per row.
 InputSpec spec_for(Nodes nodes, DtypePair pair) {
-  InputSpec spec;
-  spec.world_size = nodes.world_size;
-  spec.config.num_experts = 4 * nodes.world_size;
-  spec.config.topk = 4;
-  spec.config.hidden = 256;
-  spec.config.max_tokens_per_rank = 16;
-  spec.config.dispatch_dtype = pair.dispatch;
-  spec.config.combine_dtype = pair.combine;
-  spec.config.ranks_per_node = nodes.ranks_per_node;
-  return spec;
-}
-
-// Token counts that differ per rank, one rank with none and one at max_tokens_per_rank.
-std::vector<int64_t> token_counts(int world_size) {
-  std::vector<int64_t> tokens;
-  for (int r = 0; r < world_size; ++r) tokens.push_back(r == 1 ? 0 : (5 + 7 * r) % 17);
-  return tokens;
+  return testing::nodes_spec(nodes, pair, /*low_latency=*/false);
 }
 
 // Runs `inputs` with `config` and with the same config on one node (ranks_per_node 0), checks
@@ -80,15 +62,11 @@ TEST_P(MultiNode, DispatchAsOneNodeCombineNodeByNode) {
   const auto [pair, nodes] = GetParam();
   const InputSpec spec = spec_for(nodes, pair);
   const std::vector<RankInput> inputs =
-      make_inputs(spec, test_seed(), token_counts(nodes.world_size));
+      make_inputs(spec, test_seed(), node_token_counts(nodes.world_size));
   const RoundResult res = run_against_one_node(spec.config, nodes.world_size, inputs);
   int64_t total = 0;
   for (const auto& r : res.received) total += r.num_recv;
   EXPECT_GT(total, 30);  // the case really moves data
-}
-
-std::string nodes_name(const Nodes& n) {
-  return "W" + std::to_string(n.world_size) + "_L" + std::to_string(n.ranks_per_node);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllDtypePairs, MultiNode,
@@ -105,7 +83,7 @@ TEST(MultiNode, RanksPerNodeEqualToWorldSizeIsOneNode) {
   for (const DtypePair& pair : all_pairs()) {
     SCOPED_TRACE(pair_name(pair));
     const InputSpec spec = spec_for({4, 4}, pair);
-    const std::vector<RankInput> inputs = make_inputs(spec, test_seed(), token_counts(4));
+    const std::vector<RankInput> inputs = make_inputs(spec, test_seed(), node_token_counts(4));
     const RoundResult res = run_against_one_node(spec.config, 4, inputs);
     const Expected flat = testing::expect_round(spec.config, 4, inputs);
     const reference::Shape shape = testing::reference_shape(spec.config, 4);
@@ -145,7 +123,7 @@ TEST(MultiNode, PrequantizedInputForwardedUnchanged) {
     SCOPED_TRACE(short_name(dispatch));
     InputSpec spec = spec_for({8, 2}, {dispatch, CombineDtype::fp8});
     spec.prequantized = true;
-    run_against_one_node(spec.config, 8, make_inputs(spec, test_seed(), token_counts(8)));
+    run_against_one_node(spec.config, 8, make_inputs(spec, test_seed(), node_token_counts(8)));
   }
 }
 
@@ -168,7 +146,7 @@ TEST(MultiNode, SeveralRoundsOnOneOp) {
   const InputSpec spec = spec_for({8, 4}, {DispatchDtype::fp4, CombineDtype::int8_e3m4});
   std::vector<std::vector<RankInput>> rounds;
   for (int i = 0; i < 3; ++i) {
-    std::vector<int64_t> tokens = token_counts(8);
+    std::vector<int64_t> tokens = node_token_counts(8);
     for (int64_t& t : tokens) t = (t + 5 * i) % 17;
     rounds.push_back(make_inputs(spec, test_seed() + 1000 * (i + 1), tokens));
   }
