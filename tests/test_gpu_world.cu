@@ -3,11 +3,14 @@
 // protocol, never link speed. Every output of all 9 dtype pairs at W = 2, 4 and 8 is compared bit
 // for bit with the reference, two rounds per op; pre-quantized input; calls of one op moving
 // between streams; two ops interleaved on two streams; and dispatch + combine finishing while
-// every SM outside their budget is held by a long kernel on another stream.
+// every SM outside their budget is held by a long kernel on another stream, also with one rank
+// on each of two GPUs (TwoGpuBusy, skipped with fewer than 2 GPUs).
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <cstdio>
+#include <functional>
+#include <memory>
 
 #include "testing/gpu_world.h"
 
@@ -238,22 +241,21 @@ uint64_t gpu_time_ns() {
   return t;
 }
 
-TEST(SingleGpuWorldBusy, FinishesWhileEverySmOutsideTheBudgetIsBusy) {
-  if (!testing::have_gpu()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
-  // Two ranks of 16 SMs each; a kernel on another stream holds every other SM for 6 s. Three
-  // rounds of dispatch + combine must finish long before it does, with exact outputs.
+// Two ranks of 16 SMs each, on one GPU (the test world) or on two (one rank per GPU, NCCL
+// communicators over the GPUs' link); on every GPU used, a kernel on another stream holds every
+// SM outside the ranks' budgets for 6 s. Three rounds of dispatch + combine must finish long
+// before it does, with exact outputs: the op makes progress on its budget alone.
+void run_while_busy(bool two_gpus) {
   const int world_size = 2;
   const int budget = 16;
   const double hold_s = 6.0;
   OpConfig c = world_config(world_size, {DispatchDtype::fp8, CombineDtype::fp8});
   c.max_tokens_per_rank = 512;
   c.num_sms = budget;
-  int sms = 0, smem = 0;
-  MOE_EP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  MOE_EP_CUDA_CHECK(cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
-  MOE_EP_CUDA_CHECK(
-      cudaFuncSetAttribute(hold_sms_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  auto comms = make_single_gpu_world(world_size);
+  const std::vector<int> devices = two_gpus ? std::vector<int>{0, 1} : std::vector<int>{0};
+  const int ranks_per_gpu = world_size / static_cast<int>(devices.size());
+  auto comms =
+      two_gpus ? make_local_nccl_communicators(devices) : make_single_gpu_world(world_size);
   std::vector<RoundResult> rounds;
   for (int i = 0; i < 3; ++i) {
     InputSpec spec;
@@ -262,34 +264,71 @@ TEST(SingleGpuWorldBusy, FinishesWhileEverySmOutsideTheBudgetIsBusy) {
     rounds.push_back(testing::make_round_results(
         world_size, {make_inputs(spec, testing::test_seed() + 30 + i, {512, 384})})[0]);
   }
+  // Each rank on its thread and device (rank r on device r with two GPUs, all on 0 with one).
+  auto each_rank = [&](const std::function<void(int, const std::shared_ptr<Communicator>&)>& fn) {
+    if (!two_gpus) return testing::run_world(comms, fn);
+    const std::vector<std::string> errors = testing::run_gpu_ranks(comms, fn);
+    for (size_t r = 0; r < errors.size(); ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+  };
   // Ops are created first: creation is not what this measures.
   std::vector<std::shared_ptr<Op>> ops(world_size);
-  testing::run_world(comms, [&](int rank, const std::shared_ptr<Communicator>& comm) {
-    ops[rank] = create_op(comm, c);
-  });
-  TestStream busy;
-  const int held = sms - world_size * budget;
-  hold_sms_kernel<<<held, 1024, smem, busy.s>>>(gpu_time_ns() +
-                                                static_cast<uint64_t>(hold_s * 1e9));
-  MOE_EP_CUDA_CHECK(cudaGetLastError());
+  each_rank(
+      [&](int rank, const std::shared_ptr<Communicator>& comm) { ops[rank] = create_op(comm, c); });
+  std::vector<std::unique_ptr<TestStream>> busy;
+  int sms = 0;
+  for (int device : devices) {
+    MOE_EP_CUDA_CHECK(cudaSetDevice(device));
+    int smem = 0;
+    MOE_EP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    MOE_EP_CUDA_CHECK(
+        cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    MOE_EP_CUDA_CHECK(
+        cudaFuncSetAttribute(hold_sms_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    busy.push_back(std::make_unique<TestStream>());
+    const int held = sms - ranks_per_gpu * budget;
+    hold_sms_kernel<<<held, 1024, smem, busy.back()->s>>>(gpu_time_ns() +
+                                                          static_cast<uint64_t>(hold_s * 1e9));
+    MOE_EP_CUDA_CHECK(cudaGetLastError());
+  }
+  MOE_EP_CUDA_CHECK(cudaSetDevice(0));
   const auto start = std::chrono::steady_clock::now();
-  testing::run_world(comms, [&](int rank, const std::shared_ptr<Communicator>&) {
+  each_rank([&](int rank, const std::shared_ptr<Communicator>&) {
     TestStream stream;
-    for (RoundResult& res : rounds)
-      testing::gpu_round(*ops[rank], rank, world_size, res, {stream.s, stream.s});
+    for (RoundResult& res : rounds) {
+      testing::gpu_round(*ops[rank], rank, world_size, res, {stream.s, stream.s},
+                         two_gpus ? rank : 0);
+    }
   });
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const cudaError_t still_busy = cudaStreamQuery(busy.s);
-  std::printf("busy GPU: %d of %d SMs held for %.1f s; 3 rounds on the other %d SMs took %.3f s\n",
-              held, sms, hold_s, world_size * budget, seconds);
-  EXPECT_EQ(still_busy, cudaErrorNotReady) << "the holding kernel ended before the rounds did";
+  for (size_t g = 0; g < devices.size(); ++g) {
+    MOE_EP_CUDA_CHECK(cudaSetDevice(devices[g]));
+    const cudaError_t still_busy = cudaStreamQuery(busy[g]->s);
+    std::printf(
+        "busy GPU %d: %d of %d SMs held for %.1f s; 3 rounds on the other %d SMs took %.3f s\n",
+        devices[g], sms - ranks_per_gpu * budget, sms, hold_s, ranks_per_gpu * budget, seconds);
+    EXPECT_EQ(still_busy, cudaErrorNotReady)
+        << "GPU " << devices[g] << ": the holding kernel ended before the rounds did";
+    MOE_EP_CUDA_CHECK(cudaStreamSynchronize(busy[g]->s));
+    busy[g].reset();
+  }
+  MOE_EP_CUDA_CHECK(cudaSetDevice(0));
   EXPECT_LT(seconds, hold_s / 3) << "dispatch and combine waited for the busy SMs";
-  MOE_EP_CUDA_CHECK(cudaStreamSynchronize(busy.s));
   for (size_t i = 0; i < rounds.size(); ++i) {
     SCOPED_TRACE("round " + std::to_string(i + 1));
     check_round(c, world_size, rounds[i], i + 1);
   }
+}
+
+TEST(SingleGpuWorldBusy, FinishesWhileEverySmOutsideTheBudgetIsBusy) {
+  if (!testing::have_gpu()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
+  run_while_busy(false);
+}
+
+TEST(TwoGpuBusy, FinishesWhileEverySmOutsideTheBudgetIsBusyOnBothGpus) {
+  if (!testing::have_gpu()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
+  if (cuda_device_count() < 2) GTEST_SKIP() << "needs 2 GPUs";
+  run_while_busy(true);
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 // The CUDA bench backend: one GPU per rank (rank r on device r), one NCCL communicator per
 // device from ncclCommInitAll, a non-blocking stream and a pair of events per leg on every rank.
-// The link floor is the peer-copy bandwidth GPU 0 -> GPU 1 measured once at start-up with the
-// copy engine (the practical NVLink ceiling; 394 GB/s on the 2 x H200 NV18 machine).
+// The link floor is the copy engine's peer bandwidth between GPUs 0 and 1, measured once at
+// start-up one way and both ways at once; the lower of the two is the floor, since every rank
+// sends and receives during a leg (one way 394 GB/s on the 2 x H200 NV18 machine).
 // With --baseline nccl a second set of NCCL communicators (ncclCommInitAll over the same
 // devices, owned here, not shared with the op) runs the all-to-allv baseline.
 #include <cuda_runtime.h>
@@ -36,46 +37,78 @@ void grow_buffer(void*& data, size_t& capacity, int64_t bytes) {
   capacity = want;
 }
 
-// Median-free best-of-N peer copy bandwidth in GB/s (1e9 bytes/s), one direction.
-double measure_peer_copy_gbps(int src, int dst) {
+// The copy engine's peer bandwidth between GPUs 0 and 1 in GB/s (1e9 bytes/s) per direction,
+// best of 5 after a warm-up: one way (0 -> 1 alone) and both ways at once (0 -> 1 and 1 -> 0 on
+// two streams, bytes of one direction over the slower side's time). Every rank sends and
+// receives during a leg, so the bench's floor is the lower of the two.
+struct PeerCopy {
+  double one_way_gbps = 0;
+  double both_ways_gbps = 0;
+};
+
+PeerCopy measure_peer_copy_gbps() {
   constexpr size_t kBytes = size_t{256} << 20;  // 256 MiB: far past the L2, ~0.7 ms at 394 GB/s
   constexpr int kReps = 5;
-  void* a = nullptr;
-  void* b = nullptr;
-  MOE_EP_CUDA_CHECK(cudaSetDevice(src));
-  MOE_EP_CUDA_CHECK(cudaMalloc(&a, kBytes));
-  MOE_EP_CUDA_CHECK(cudaSetDevice(dst));
-  MOE_EP_CUDA_CHECK(cudaMalloc(&b, kBytes));
-  MOE_EP_CUDA_CHECK(cudaSetDevice(src));
-  // Without peer access the copy is staged through the host (~38 GB/s measured on 2 x H200).
-  // The macro names the variable it checks, so the variable is named after the call.
-  const cudaError_t enable_peer_access = cudaDeviceEnablePeerAccess(dst, 0);
-  if (enable_peer_access != cudaErrorPeerAccessAlreadyEnabled) {
-    MOE_EP_CUDA_CHECK(enable_peer_access);
+  struct Side {
+    int device;
+    void* src = nullptr;  // on device
+    void* dst = nullptr;  // on the peer
+    cudaStream_t stream = nullptr;
+    cudaEvent_t start = nullptr, stop = nullptr;
+  } sides[2] = {{0}, {1}};
+  for (Side& s : sides) {
+    const int peer = 1 - s.device;
+    MOE_EP_CUDA_CHECK(cudaSetDevice(peer));
+    MOE_EP_CUDA_CHECK(cudaMalloc(&s.dst, kBytes));
+    MOE_EP_CUDA_CHECK(cudaSetDevice(s.device));
+    MOE_EP_CUDA_CHECK(cudaMalloc(&s.src, kBytes));
+    // Without peer access the copy is staged through the host (~38 GB/s measured on 2 x H200).
+    // The macro names the variable it checks, so the variable is named after the call.
+    const cudaError_t enable_peer_access = cudaDeviceEnablePeerAccess(peer, 0);
+    if (enable_peer_access != cudaErrorPeerAccessAlreadyEnabled) {
+      MOE_EP_CUDA_CHECK(enable_peer_access);
+    }
+    cudaGetLastError();  // clears cudaErrorPeerAccessAlreadyEnabled
+    MOE_EP_CUDA_CHECK(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking));
+    MOE_EP_CUDA_CHECK(cudaEventCreate(&s.start));
+    MOE_EP_CUDA_CHECK(cudaEventCreate(&s.stop));
   }
-  cudaGetLastError();  // clears cudaErrorPeerAccessAlreadyEnabled
-  cudaStream_t s;
-  cudaEvent_t e0, e1;
-  MOE_EP_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  MOE_EP_CUDA_CHECK(cudaEventCreate(&e0));
-  MOE_EP_CUDA_CHECK(cudaEventCreate(&e1));
-  double best_ms = 1e30;
-  for (int i = 0; i < kReps + 1; ++i) {
-    MOE_EP_CUDA_CHECK(cudaEventRecord(e0, s));
-    MOE_EP_CUDA_CHECK(cudaMemcpyPeerAsync(b, dst, a, src, kBytes, s));
-    MOE_EP_CUDA_CHECK(cudaEventRecord(e1, s));
-    MOE_EP_CUDA_CHECK(cudaEventSynchronize(e1));
-    float ms = 0;
-    MOE_EP_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-    if (i > 0) best_ms = std::min(best_ms, static_cast<double>(ms));  // first one warms up
+  auto best_gbps = [&](int senders) {
+    double best_ms = 1e30;
+    for (int i = 0; i < kReps + 1; ++i) {
+      for (int k = 0; k < senders; ++k) {
+        Side& s = sides[k];
+        MOE_EP_CUDA_CHECK(cudaSetDevice(s.device));
+        MOE_EP_CUDA_CHECK(cudaEventRecord(s.start, s.stream));
+        MOE_EP_CUDA_CHECK(
+            cudaMemcpyPeerAsync(s.dst, 1 - s.device, s.src, s.device, kBytes, s.stream));
+        MOE_EP_CUDA_CHECK(cudaEventRecord(s.stop, s.stream));
+      }
+      double slowest = 0;
+      for (int k = 0; k < senders; ++k) {
+        MOE_EP_CUDA_CHECK(cudaEventSynchronize(sides[k].stop));
+        float ms = 0;
+        MOE_EP_CUDA_CHECK(cudaEventElapsedTime(&ms, sides[k].start, sides[k].stop));
+        slowest = std::max(slowest, static_cast<double>(ms));
+      }
+      if (i > 0) best_ms = std::min(best_ms, slowest);  // the first one warms up
+    }
+    return static_cast<double>(kBytes) / (best_ms * 1e-3) / 1e9;
+  };
+  PeerCopy out;
+  out.one_way_gbps = best_gbps(1);
+  out.both_ways_gbps = best_gbps(2);
+  for (Side& s : sides) {
+    cudaSetDevice(s.device);
+    cudaEventDestroy(s.start);
+    cudaEventDestroy(s.stop);
+    cudaStreamDestroy(s.stream);
+    cudaFree(s.src);
+    cudaSetDevice(1 - s.device);
+    cudaFree(s.dst);
   }
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  cudaStreamDestroy(s);
-  cudaFree(a);
-  cudaSetDevice(dst);
-  cudaFree(b);
-  return static_cast<double>(kBytes) / (best_ms * 1e-3) / 1e9;
+  cudaSetDevice(0);
+  return out;
 }
 
 class CudaBenchBackend final : public BenchBackend {
@@ -101,8 +134,11 @@ class CudaBenchBackend final : public BenchBackend {
     cudaDeviceProp prop{};
     cudaGetDeviceProperties(&prop, 0);
     std::string out = "cuda (" + std::to_string(ranks) + " x " + prop.name;
-    if (floor_gbps_)
-      out += ", peer copy " + std::to_string(static_cast<int>(*floor_gbps_)) + " GB/s";
+    if (peer_copy_) {
+      out += ", peer copy " + std::to_string(static_cast<int>(peer_copy_->one_way_gbps)) +
+             " GB/s one way, " + std::to_string(static_cast<int>(peer_copy_->both_ways_gbps)) +
+             " GB/s each way at once";
+    }
     return out + ")";
   }
 
@@ -112,7 +148,7 @@ class CudaBenchBackend final : public BenchBackend {
       throw InvalidArgument("--ranks=" + std::to_string(ranks) + " exceeds the " +
                             std::to_string(visible) + " visible CUDA devices");
     }
-    if (ranks >= 2 && !floor_gbps_) floor_gbps_ = measure_peer_copy_gbps(0, 1);
+    if (ranks >= 2 && !peer_copy_) peer_copy_ = measure_peer_copy_gbps();
     std::vector<int> devices(ranks);
     for (int r = 0; r < ranks; ++r) devices[r] = r;
     ranks_.resize(ranks);
@@ -206,7 +242,10 @@ class CudaBenchBackend final : public BenchBackend {
     return ms * 1e3;
   }
 
-  std::optional<double> link_floor_gbps() const override { return floor_gbps_; }
+  std::optional<double> link_floor_gbps() const override {
+    if (!peer_copy_) return std::nullopt;
+    return std::min(peer_copy_->one_way_gbps, peer_copy_->both_ways_gbps);
+  }
 
   bool supports_nccl_baseline() const override { return true; }
   void enable_nccl_baseline() override { nccl_baseline_ = true; }
@@ -314,7 +353,7 @@ class CudaBenchBackend final : public BenchBackend {
   }
 
   std::vector<RankState> ranks_;  // [ranks]; each rank's thread touches only its own entry
-  std::optional<double> floor_gbps_;
+  std::optional<PeerCopy> peer_copy_;
   bool nccl_baseline_ = false;
   std::vector<ncclComm_t> nccl_comms_;  // [ranks] for the baseline; entry r: rank r's thread
 };

@@ -23,38 +23,61 @@
 
 namespace moe_ep::testing {
 
-// The stream the tests allocate, copy and free on: non-blocking, so it never orders itself with
-// the ranks' streams. cudaFree would wait for the whole device, and in the single-GPU world a
-// rank freeing its buffers between calls would then wait for a peer's kernel that waits for it;
-// stream-ordered allocation (cudaMallocAsync / cudaFreeAsync) waits for nothing, provided the
-// pool keeps what is freed: with the default release threshold (0) every synchronisation hands
-// the pool's unused memory back to the driver, and unmapping it may wait for the device as
-// cudaFree does (the suspected cause of the intermittent W = 8 decode timeouts, where a rank
-// launched its step kernel only after its peers had waited 30 s for it). So the pool of every
-// device the tests use keeps its memory for the life of the process, and takes 1 GiB at once
-// before any rank exists, so that the tests' allocations seldom have to grow it.
-inline cudaStream_t test_stream_of(int device) {
+// Streams of the tests. A device has CUDA_DEVICE_MAX_CONNECTIONS hardware queues (the tests set
+// 32, gpu_world.h), and streams are dealt onto them round-robin in creation order; two streams on
+// one queue run in order. In the single-GPU world that is a hazard whenever a rank waits on a
+// stream that shares a queue with another rank's kernel: that kernel waits for this rank, this
+// rank's copy waits behind that kernel, and both give up at the timeout. Streams made on demand
+// land on arbitrary queues (the library makes one per communicator, so the count drifts), and the
+// tests once shared a single upload stream between all ranks: the cause of the intermittent
+// W = 8 decode timeouts, where a rank's step kernel launched only after its peers had waited 30 s
+// for it. So every stream the tests use comes from a pool of kStreamPool streams per device, made
+// one after another (so on distinct queues) and kept for the life of the process:
+// - rank r of the single-GPU world (r < 8) computes on streams r, 8 + r and 16 + r (its first,
+//   second and third TestStream) and allocates and copies on stream 24 + r;
+// - a thread outside the world (a test's main thread, or one rank per GPU) computes on streams
+//   31, 30 and 29 and allocates on stream 24, which worlds of up to 5 ranks leave free.
+// The library's own streams (one per communicator) only zero memory and run the creation
+// rendezvous, never while another rank's data kernels wait.
+inline constexpr int kStreamPool = 32;
+inline constexpr int kPooledRanks = 8;
+inline thread_local int test_rank = -1;  // set by the single-GPU world's runner (gpu_world.h)
+
+inline cudaStream_t pooled_stream(int device, int index) {
   static std::mutex mu;
-  static std::map<int, cudaStream_t> streams;
+  static std::map<int, std::vector<cudaStream_t>> pools;
   std::lock_guard<std::mutex> lock(mu);
-  cudaStream_t& s = streams[device];
-  if (s == nullptr) {
+  std::vector<cudaStream_t>& pool = pools[device];
+  if (pool.empty()) {
     int previous = 0;
     MOE_EP_CUDA_CHECK(cudaGetDevice(&previous));
     MOE_EP_CUDA_CHECK(cudaSetDevice(device));
-    MOE_EP_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    cudaMemPool_t pool = nullptr;
-    MOE_EP_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
+    pool.resize(kStreamPool);
+    for (cudaStream_t& s : pool) {
+      MOE_EP_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    }
+    // cudaFree would wait for the whole device, so the tests allocate stream-ordered
+    // (cudaMallocAsync / cudaFreeAsync); with the default release threshold (0) every
+    // synchronisation hands the pool's unused memory back to the driver, and unmapping it may
+    // wait for the device too. So the pool keeps its memory, and takes 1 GiB at once before any
+    // rank exists, so that the tests' allocations seldom have to grow it.
+    cudaMemPool_t mem = nullptr;
+    MOE_EP_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&mem, device));
     uint64_t keep_everything = UINT64_MAX;
     MOE_EP_CUDA_CHECK(
-        cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_everything));
+        cudaMemPoolSetAttribute(mem, cudaMemPoolAttrReleaseThreshold, &keep_everything));
     void* reserve = nullptr;
-    MOE_EP_CUDA_CHECK(cudaMallocAsync(&reserve, size_t{1} << 30, s));
-    MOE_EP_CUDA_CHECK(cudaFreeAsync(reserve, s));
-    MOE_EP_CUDA_CHECK(cudaStreamSynchronize(s));
+    MOE_EP_CUDA_CHECK(cudaMallocAsync(&reserve, size_t{1} << 30, pool[24]));
+    MOE_EP_CUDA_CHECK(cudaFreeAsync(reserve, pool[24]));
+    MOE_EP_CUDA_CHECK(cudaStreamSynchronize(pool[24]));
     MOE_EP_CUDA_CHECK(cudaSetDevice(previous));
   }
-  return s;
+  return pool[index];
+}
+
+// The stream this thread allocates, copies and frees on (see above).
+inline cudaStream_t test_stream_of(int device) {
+  return pooled_stream(device, 24 + (test_rank >= 0 ? test_rank % kPooledRanks : 0));
 }
 
 inline int current_device() {
@@ -71,11 +94,11 @@ struct DeviceBuffer {
   std::shared_ptr<void> ptr;
   static DeviceBuffer of_bytes(size_t bytes) {
     void* p = nullptr;
-    const int device = current_device();
-    MOE_EP_CUDA_CHECK(cudaMallocAsync(&p, bytes == 0 ? 16 : bytes, test_stream_of(device)));
-    MOE_EP_CUDA_CHECK(cudaStreamSynchronize(test_stream_of(device)));
-    return {
-        std::shared_ptr<void>(p, [device](void* q) { cudaFreeAsync(q, test_stream_of(device)); })};
+    cudaStream_t stream = test_alloc_stream();
+    MOE_EP_CUDA_CHECK(cudaMallocAsync(&p, bytes == 0 ? 16 : bytes, stream));
+    MOE_EP_CUDA_CHECK(cudaStreamSynchronize(stream));
+    // Freed on the stream it was made on (pooled: it outlives every buffer).
+    return {std::shared_ptr<void>(p, [stream](void* q) { cudaFreeAsync(q, stream); })};
   }
   template <typename T>
   static DeviceBuffer copy_of(const std::vector<T>& host) {

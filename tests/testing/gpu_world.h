@@ -53,11 +53,18 @@ inline std::shared_ptr<Op> kept_op(const std::shared_ptr<Communicator>& comm, co
 // True when a GPU is visible; GPU tests skip (visibly) otherwise.
 inline bool have_gpu() { return kEnoughHardwareQueues && cuda_device_count() > 0; }
 
-// A stream of the current device that destroys itself.
+// A compute stream of the current device from the tests' pool (testing/gpu.h, pooled_stream):
+// the k-th TestStream a thread makes (k mod 3) is its k-th stream of the pool, so that no two
+// ranks' streams share a hardware queue. The stream outlives the object; whoever used it has
+// synchronised it before the next user takes it.
+inline thread_local int test_streams_taken = 0;
 struct TestStream {
   cudaStream_t s = nullptr;
-  TestStream() { MOE_EP_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
-  ~TestStream() { cudaStreamDestroy(s); }
+  TestStream() {
+    const int k = test_streams_taken++ % 3;
+    const int index = test_rank >= 0 ? k * kPooledRanks + test_rank % kPooledRanks : 31 - k;
+    s = pooled_stream(current_device(), index);
+  }
   TestStream(const TestStream&) = delete;
   TestStream& operator=(const TestStream&) = delete;
 };
@@ -69,12 +76,13 @@ inline std::vector<RankOutcome> run_world_outcomes(
     const std::function<void(int, const std::shared_ptr<Communicator>&)>& fn) {
   std::vector<RankOutcome> outcomes(comms.size());
   std::vector<std::vector<std::shared_ptr<void>>> kept(comms.size());  // see kept_op
-  test_stream_of(0);  // the allocation pool set up before any rank runs (testing/gpu.h)
+  test_stream_of(0);  // the stream pool set up before any rank runs (testing/gpu.h)
   std::vector<std::thread> threads;
   for (size_t r = 0; r < comms.size(); ++r) {
     threads.emplace_back([&, r] {
       RankOutcome& o = outcomes[r];
       kept_by_this_rank = &kept[r];
+      test_rank = static_cast<int>(r);
       try {
         MOE_EP_CUDA_CHECK(cudaSetDevice(0));
         fn(static_cast<int>(r), comms[r]);
@@ -105,11 +113,13 @@ struct RoundStreams {
   cudaStream_t combine = nullptr;
 };
 
-// One round on rank `rank`'s op; fills res.received/handles/op_uids/out[rank].
-inline void gpu_round(Op& op, int rank, int world_size, RoundResult& res, RoundStreams streams) {
+// One round on rank `rank`'s op, whose tensors live on `device` (the calling thread's current
+// device; 0 in the one-GPU world); fills res.received/handles/op_uids/out[rank].
+inline void gpu_round(Op& op, int rank, int world_size, RoundResult& res, RoundStreams streams,
+                      int device = 0) {
   const OpConfig& c = op.config();
   const RankInput& in = res.inputs[rank];
-  DeviceInput input(in, 0);
+  DeviceInput input(in, device);
   DispatchArgs args = input.view;
   args.stream = streams.dispatch;
   const DispatchResult d = op.dispatch(args);
@@ -124,9 +134,9 @@ inline void gpu_round(Op& op, int rank, int world_size, RoundResult& res, RoundS
       DeviceBuffer::copy_of(std::vector<uint16_t>(in.num_tokens * c.hidden, 0xffff));
   op.combine(d.handle,
              TensorView::matrix(y_dev.ptr.get(), ScalarType::kBFloat16, d.num_recv, c.hidden,
-                                DeviceType::kCuda, 0),
+                                DeviceType::kCuda, device),
              TensorView::matrix(out_dev.ptr.get(), ScalarType::kBFloat16, in.num_tokens, c.hidden,
-                                DeviceType::kCuda, 0),
+                                DeviceType::kCuda, device),
              streams.combine);
   op.synchronize(streams.combine);
   res.out[rank].assign(in.num_tokens * c.hidden, 0);
