@@ -13,7 +13,9 @@
 //               block scans the sources' tokens in canonical order (source rank, then token),
 //               picks those naming its expert (the first slot naming it), gives them consecutive
 //               slab rows by a block scan, writes counts and sources, and copies the stage rows
-//               into the slab. slot_rows[s][t][k] records the slab row of each local slot.
+//               into the slab in parts of rows spread over all the block's warps, each lane's
+//               loads in flight together. slot_rows[s][t][k] records the slab row of each local
+//               slot.
 //   ll_combine: warps take tickets for slices of rows (kDispatchSliceElems elements), so one
 //               token spreads over several warps: items [0, W*Tmax*slices) are (source, token,
 //               slice) candidates, sends for those that came here: p = bf16(sum over the
@@ -189,6 +191,33 @@ __device__ __forceinline__ bool ll_wait_sources(const LowLatencyParams& p, uint6
   return gave_up == 0;
 }
 
+// The expand's row copy: units (16-byte vectors of payload, or scale words) a lane loads before
+// it stores any, and the units of one work item (a part of a row) for a warp.
+inline constexpr int kLlCopyUnroll = 4;
+inline constexpr int kLlCopyPart = 32 * kLlCopyUnroll;
+
+// Copies units [part * kLlCopyPart, + kLlCopyPart) of a row of `units` units; every lane of the
+// warp calls it. Each lane issues all its loads before its first store, so they are in flight
+// together: a store right after each load would cost a round trip to L2 per unit, since the
+// next load cannot move above a store the compiler cannot tell apart from the stage row. The
+// stage rows were written by peers: L2-only loads, so no stale L1 line serves them.
+template <typename U>
+__device__ __forceinline__ void ll_copy_part(const U* src, U* dst, int64_t units, int64_t part,
+                                             int lane) {
+  const int64_t first = part * kLlCopyPart + lane;
+  U v[kLlCopyUnroll];
+#pragma unroll
+  for (int u = 0; u < kLlCopyUnroll; ++u) {
+    const int64_t i = first + u * 32;
+    if (i < units) v[u] = __ldcg(src + i);
+  }
+#pragma unroll
+  for (int u = 0; u < kLlCopyUnroll; ++u) {
+    const int64_t i = first + u * 32;
+    if (i < units) dst[i] = v[u];
+  }
+}
+
 template <typename F>
 __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm)
     ll_expand_kernel(LowLatencyParams p) {
@@ -267,19 +296,35 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
     }
     if (threadIdx.x == 0) p.count[e] = running;
     __syncthreads();  // the sources of this expert's rows are written
-    // Copy the rows: a warp per row, 16 bytes a lane (rows are whole 16-byte units).
+    // Copy the rows. An expert of a decode batch has a few rows, so rather than a warp per row,
+    // the work items are (row, part) pairs spread over all the block's warps: a row's payload
+    // is `parts` items of kLlCopyPart 16-byte vectors (rows are whole 16-byte units), then its
+    // scales are `scale_parts` items of 4-byte words (of bytes when a scale row is not whole
+    // words, as mxfp4's e8m0 rows can be).
     const int lane = threadIdx.x & 31;
-    for (int row = threadIdx.x / 32; row < running; row += blockDim.x / 32) {
-      const int s = src_rank[row];
-      const int t = src_token[row];
-      const char* stage = self + p.layout.ll_stage_offset(s, t);
-      char* slab = p.slab_payload + (e * slab_rows + row) * payload_bytes;
-      for (int64_t i = lane; i < payload_bytes / 16; i += 32) {
-        reinterpret_cast<uint4*>(slab)[i] = __ldcg(reinterpret_cast<const uint4*>(stage) + i);
-      }
-      if (scale_bytes > 0) {
-        char* scales = p.slab_scales + (e * slab_rows + row) * scale_bytes;
-        for (int64_t i = lane; i < scale_bytes; i += 32) scales[i] = stage[payload_bytes + i];
+    const int64_t vectors = payload_bytes / 16;
+    const bool scale_words = scale_bytes % 4 == 0;
+    const int64_t scale_units = scale_words ? scale_bytes / 4 : scale_bytes;
+    const int64_t parts = (vectors + kLlCopyPart - 1) / kLlCopyPart;
+    const int64_t scale_parts = (scale_units + kLlCopyPart - 1) / kLlCopyPart;
+    const int64_t items = running * (parts + scale_parts);
+    for (int64_t item = threadIdx.x / 32; item < items; item += blockDim.x / 32) {
+      const int64_t row = item / (parts + scale_parts);
+      const int64_t part = item - row * (parts + scale_parts);
+      const char* stage = self + p.layout.ll_stage_offset(src_rank[row], src_token[row]);
+      const int64_t slab_row = e * slab_rows + row;
+      if (part < parts) {
+        ll_copy_part(reinterpret_cast<const uint4*>(stage),
+                     reinterpret_cast<uint4*>(p.slab_payload + slab_row * payload_bytes), vectors,
+                     part, lane);
+      } else if (scale_words) {
+        ll_copy_part(reinterpret_cast<const uint32_t*>(stage + payload_bytes),
+                     reinterpret_cast<uint32_t*>(p.slab_scales + slab_row * scale_bytes),
+                     scale_units, part - parts, lane);
+      } else {
+        ll_copy_part(reinterpret_cast<const uint8_t*>(stage + payload_bytes),
+                     reinterpret_cast<uint8_t*>(p.slab_scales + slab_row * scale_bytes),
+                     scale_units, part - parts, lane);
       }
     }
     __syncthreads();
