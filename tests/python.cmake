@@ -20,8 +20,12 @@ add_test(NAME python_cpu
                  --ignore-glob=*test_gpu_*.py ${CMAKE_CURRENT_SOURCE_DIR}/python)
 set_tests_properties(python_cpu PROPERTIES LABELS cpu ENVIRONMENT "${_py_env}" TIMEOUT 600)
 
+# -v names each test as it starts, and faulthandler_timeout (pytest's own) prints every thread's
+# Python stack when one test runs past 240 s, so a stalled GPU test names where it stalled in the
+# log of this test (ctest shows it with --output-on-failure once the 900 s limit ends the test).
 add_test(NAME python_gpu
-         COMMAND ${MOE_EP_PYTHON_EXECUTABLE} -m pytest -q -p no:cacheprovider -rs -s
+         COMMAND ${MOE_EP_PYTHON_EXECUTABLE} -m pytest -v -p no:cacheprovider -rs -s
+                 -o faulthandler_timeout=240
                  ${CMAKE_CURRENT_SOURCE_DIR}/python/test_gpu_torch.py
                  ${CMAKE_CURRENT_SOURCE_DIR}/python/test_gpu_single_gpu_world.py
                  ${CMAKE_CURRENT_SOURCE_DIR}/python/test_gpu_decode_graph.py)

@@ -1,6 +1,7 @@
 // Decode mode on the CUDA backend (label gpu, skipped without a GPU), on W ranks of one GPU
 // (make_single_gpu_world): every output of all dtype pairs at W = 2, 4 and 8, two rounds per op,
-// compared bit for bit with the reference (slabs below the counts, counts, sources, out); and the
+// compared bit for bit with the reference (slabs below the counts, counts, sources, out), and of
+// mxfp4 rows whose scale rows are not whole 4-byte words (hidden 2080); and the
 // graph test: each rank captures low_latency_dispatch -> an expert kernel -> low_latency_combine
 // in one CUDA graph and replays it 200 times with new inputs copied into the captured buffers
 // (new routing, masked slots, tokens with every slot masked, and rounds where every token is
@@ -112,6 +113,31 @@ INSTANTIATE_TEST_SUITE_P(Ranks, GpuLowLatency, ::testing::Values(2, 4, 8),
                          [](const ::testing::TestParamInfo<int>& info) {
                            return "W" + std::to_string(info.param);
                          });
+
+// mxfp4 scale rows of hidden / 32 bytes: at hidden 2080 a row has 65 scale bytes, not whole
+// 4-byte words, so the expand copies them byte by byte instead of by words. Every combine dtype
+// whose block divides 2080 (fp8 blockwise needs a multiple of 128).
+TEST(GpuLowLatencyOddScales, Mxfp4ScaleRowsOfOddBytesEqualTheReference) {
+  if (!testing::have_gpu()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
+  for (int world_size : {2, 4}) {
+    for (CombineDtype combine :
+         {CombineDtype::bf16, CombineDtype::fp8_direct_cast, CombineDtype::int8_e3m4}) {
+      const DtypePair pair{DispatchDtype::fp4, combine};
+      SCOPED_TRACE(testing::pair_name(pair) + " at W=" + std::to_string(world_size));
+      OpConfig c = decode_config(world_size, pair);
+      c.hidden = 2080;
+      std::vector<LowLatencyRound> rounds;
+      rounds.emplace_back(world_size, decode_inputs(c, world_size, 3));
+      auto comms = make_single_gpu_world(world_size);
+      testing::run_world(comms, [&](int rank, const std::shared_ptr<Communicator>& comm) {
+        auto op = testing::kept_op(comm, c);
+        TestStream stream;
+        for (LowLatencyRound& round : rounds) gpu_low_latency_round(*op, rank, round, stream.s);
+      });
+      testing::check_low_latency_round(c, world_size, rounds[0], 1);
+    }
+  }
+}
 
 // The expert of the tests on the device: y[e][row] = bf16(decode(x_row) * (e_global + 1) / 8)
 // for rows below the count, NaN (0xffff) past it, as testing::low_latency_expert does on the host.
