@@ -358,6 +358,65 @@ TEST(FormatsRandom, E3m4RoundingMatchesGridOnEveryBf16AndTie) {
   }
 }
 
+// The roundings by one addition of the kernels' int8/e3m4 encoder (scalar.h) against the scalar
+// conversions, on every float of their domains whose low byte is 0x00, 0x01, 0x80 or 0xff. The
+// rounding boundaries (the integers and half-integers for int8, the e3m4 grid and its midpoints)
+// are multiples of 2^16 units in the last place of every float in the domains, so a float's low
+// byte decides only whether it lies on a boundary (0x00) or strictly between two (any other
+// value): these four patterns give every outcome, ties included.
+template <typename Fn>
+void for_each_float_up_to(float max, Fn fn) {
+  const uint32_t top = float_bits(max);
+  for (uint32_t high = 0; high <= (top >> 8); ++high) {
+    for (const uint32_t low : {0x00u, 0x01u, 0x80u, 0xffu}) {
+      const uint32_t bits = high << 8 | low;
+      if (bits <= top) fn(bits_float(bits));
+    }
+  }
+}
+
+TEST(FormatsRandom, Int8RoundingSumEqualsInt8SatfiniteBelow127AndAHalf) {
+  Mismatches bad;
+  int64_t checked = 0;
+  for_each_float_up_to(std::nextafter(127.5f, 0.0f), [&](float magnitude) {
+    for (const float y : {magnitude, -magnitude}) {
+      const float t = int8_rounding_sum(y);
+      const uint8_t code = static_cast<uint8_t>(float_bits(t) & 0xffu);
+      bad.check(code == int8_satfinite(y), "int8_rounding_sum code", y, +code, +int8_satfinite(y));
+      bad.check(float_bits(t - kRoundToIntOffset) == float_bits(int8_to_float(code)),
+                "int8_rounding_sum value", y, t - kRoundToIntOffset, int8_to_float(code));
+      ++checked;
+    }
+  });
+  EXPECT_EQ(bad.count, 0) << bad.first.str();
+  EXPECT_GT(checked, 30000000);
+}
+
+TEST(FormatsRandom, E3m4RoundingOffsetEqualsE3m4SatfiniteUpTo124) {
+  Mismatches bad;
+  int64_t checked = 0;
+  for_each_float_up_to(kE3m4Max, [&](float a) {
+    const float c = e3m4_rounding_offset(a);
+    const float t = a + c;
+    const uint8_t code = static_cast<uint8_t>(float_bits(t) & 0xffu);
+    bad.check(code == e3m4_satfinite(a), "e3m4_rounding_offset code", a, +code, +e3m4_satfinite(a));
+    bad.check(float_bits(t - c) == float_bits(e3m4_to_float(code)), "e3m4_rounding_offset value", a,
+              t - c, e3m4_to_float(code));
+    ++checked;
+  });
+  EXPECT_EQ(bad.count, 0) << bad.first.str();
+  EXPECT_GT(checked, 15000000);
+}
+
+// The multiplication that replaces the division of the int8 scale, on every finite bf16 amax.
+TEST(FormatsRandom, Int8ScaleWordEqualsRoundedUpQuotientOnEveryBf16) {
+  for (uint32_t b = 0; b < 0x7f80; ++b) {
+    const float amax = bf16_to_float(static_cast<uint16_t>(b));
+    ASSERT_EQ(int8_scale_word(amax), bf16_round_up(amax / kInt8Max))
+        << "amax bf16 0x" << std::hex << b;
+  }
+}
+
 // --- row codecs vs the docs/design.md#wire-formats formulas ---------------------------------------------------------
 
 // A random bf16 row mixing distributions per block, with a few NaN/Inf sprinkled in.

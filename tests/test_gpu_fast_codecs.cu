@@ -4,7 +4,9 @@
 // direct cast, all 65536 bf16 patterns (NaN and Inf included, which send their warp down the
 // reference path) in blocks led by 40 maxima from the smallest normal to the largest finite bf16;
 // for mxfp4, every bf16 value up to each of the 256 block maxima 2^(e+2) (every e8m0 exponent the
-// encoder can produce, plus zero and subnormal maxima). The device encodes warp-step by warp-step
+// encoder can produce, plus zero and subnormal maxima); for int8/e3m4, all 65536 patterns in
+// blocks led by 44 maxima across the bf16 range and at the edges of its fast path
+// (tests/test_gpu_formats.cu sweeps every value in every position as well). The device encodes warp-step by warp-step
 // (256 elements, 8 per lane) exactly as the data kernels do; the host encodes the same rows with
 // encode_row of the trait, and payload and scales must be equal bit for bit. The decode test
 // takes every e4m3 code times sampled block scales through lane_decode_add.
@@ -157,6 +159,19 @@ TEST(GpuFastCodecs, Mxfp4EqualsTheTraitForEveryBf16AndEveryExponent) {
   const std::vector<uint16_t> rows = rows_with_maxima(specials, Mxfp4Wire::kBlock, {0x3f80});
   x.insert(x.end(), rows.begin(), rows.end());
   expect_device_equals_host<Mxfp4Wire>(x, "mxfp4");
+}
+
+TEST(GpuFastCodecs, Int8E3m4EqualsTheTraitOnEveryBf16) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
+  std::vector<uint16_t> all(65536);
+  for (uint32_t i = 0; i < 65536; ++i) all[i] = static_cast<uint16_t>(i);
+  // Block maxima across the bf16 range, and at the edges of the fast path: the smallest maximum
+  // it takes (2^-119, bf16 0x0400) and the bf16 just below, zero and the largest finite value.
+  std::vector<uint16_t> maxima;
+  for (int e = -126; e <= 127; e += 7) maxima.push_back(bf16_of(std::ldexp(1.5f, e)));
+  for (uint16_t m : {0x7f7f, 0x0400, 0x03ff, 0x0080, 0x0000, 0x3f80, 0x42fe}) maxima.push_back(m);
+  expect_device_equals_host<Int8E3m4Wire>(rows_with_maxima(all, Int8E3m4Wire::kBlock, maxima),
+                                          "int8/e3m4");
 }
 
 // Decodes 8 e4m3 codes times `scale` through lane_decode_add (acc starts at zero).

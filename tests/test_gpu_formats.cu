@@ -1,10 +1,11 @@
 // GPU test of the device-only paths of the codecs (label `gpu`): on all 2^32 float bit patterns,
 // the device e2m1 rounding by midpoints must equal the CUDA header's conversion, which
-// tests/test_formats_random.cc ties to the host path; and the packed int8/e3m4 codec of
-// formats/packed.cuh (the kernels' encode, code choice and decode-add) must equal the scalar
-// trait run on the host, bit for bit: every bf16 value at every position of a block (so in every
-// lane and lane slot) over backgrounds that set small, unit, outlier, tiny and huge block scales,
-// and every (code, scale word) pair through the decode-add. Skips visibly without a GPU.
+// tests/test_formats_random.cc ties to the host path; and the packed int8/e3m4 codecs (the
+// reference encode of formats/packed.cuh, the kernels' encode_lane of formats/packed_fast.cuh
+// with its fast path, and the decode-add) must equal the scalar trait run on the host, bit for
+// bit: every bf16 value at every position of a block (so in every lane and lane slot) over
+// backgrounds that set small, unit, outlier, tiny and huge block scales, and every (code, scale
+// word) pair through the decode-add. Skips visibly without a GPU.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -16,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "formats/packed.cuh"
+#include "formats/packed_fast.cuh"
 #include "formats/scalar.h"
 
 namespace moe_ep::formats {
@@ -89,23 +90,55 @@ __host__ __device__ inline uint16_t sweep_elem(const uint16_t* background, int64
   return i == pos ? static_cast<uint16_t>(b % kBlocksPerValueSweep) : background[i];
 }
 
-// Each warp step covers 8 blocks (256 elements), lane l holding elements 8(l % 4) .. +7 of block
-// l / 4, exactly as the combine kernel holds a row; num_blocks is a multiple of 8.
+// Which encoder a sweep runs, and how its blocks sit in the warp steps:
+//   kReference: lane_block_params + lane_encode of formats/packed.cuh (the reference the kernels'
+//               fast path falls back to), 8 swept blocks per warp step;
+//   kFast:      encode_lane of formats/packed_fast.cuh, what the kernels call, 8 swept blocks
+//               per warp step (a step with a block outside the fast path's range, Inf, NaN or a
+//               tiny maximum, takes the reference path as a whole);
+//   kFastAmongFastBlocks: encode_lane with one swept block per warp step, in lane group
+//               b % 8, beside 7 filler blocks that the fast path takes, so that every swept
+//               block the fast path can take (zeros, every maximum from 2^-119 up) goes through it.
+enum class Path { kReference, kFast, kFastAmongFastBlocks };
+
+// Filler blocks in the fast path's range: values between 1 and 1.5 in even lane groups, one
+// outlier of 100 among values near 2^-7 in odd ones.
+__host__ __device__ inline uint16_t filler_elem(int group, int i) {
+  if (group % 2 == 0) return static_cast<uint16_t>(0x3f80 + 0x10 * (i % 5));          // 1 .. 1.5
+  return i == 3 ? static_cast<uint16_t>(0x42c8) : static_cast<uint16_t>(0x3c00 + i);  // 100, ~2^-7
+}
+
+// Lane l holds elements 8(l % 4) .. +7 of the block of its lane group l / 4, exactly as the
+// combine kernel holds a row; num_blocks is a multiple of 8. Only the swept blocks are written.
+template <Path kPath>
 __global__ void encode_int8_e3m4(const uint16_t* background, int64_t num_blocks, uint8_t* codes,
                                  uint16_t* words) {
+  constexpr bool kIsolated = kPath == Path::kFastAmongFastBlocks;
   const int lane = threadIdx.x % 32;
+  const int group = lane / 4;
   const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * blockDim.x / 32;
-  for (int64_t step = warp; step * 8 < num_blocks; step += warps) {
-    const int64_t b = step * 8 + lane / 4;
+  const int64_t steps = kIsolated ? num_blocks : num_blocks / 8;
+  for (int64_t step = warp; step < steps; step += warps) {
+    const int64_t b = kIsolated ? step : step * 8 + group;
+    const bool swept = !kIsolated || group == step % 8;
     const int first = (lane % 4) * kElemsPerLane;
     uint16_t e[kElemsPerLane];
-    for (int j = 0; j < kElemsPerLane; ++j) e[j] = sweep_elem(background, b, first + j);
+    for (int j = 0; j < kElemsPerLane; ++j) {
+      e[j] = swept ? sweep_elem(background, b, first + j) : filler_elem(group, first + j);
+    }
     const uint4 v = make_uint4(
         e[0] | static_cast<uint32_t>(e[1]) << 16, e[2] | static_cast<uint32_t>(e[3]) << 16,
         e[4] | static_cast<uint32_t>(e[5]) << 16, e[6] | static_cast<uint32_t>(e[7]) << 16);
-    const I8::Params p = lane_block_params<I8>(v);
-    const LaneWord<I8> w = lane_encode<I8>(v, p);
+    I8::Params p;
+    LaneWord<I8> w;
+    if constexpr (kPath == Path::kReference) {
+      p = lane_block_params<I8>(v);
+      w = lane_encode<I8>(v, p);
+    } else {
+      encode_lane<I8>(v, w, p);
+    }
+    if (!swept) continue;
     *reinterpret_cast<LaneWord<I8>*>(codes + b * 32 + first) = w;
     if (lane % 4 == 0) words[b] = p.stored;
   }
@@ -146,8 +179,10 @@ void parallel_for(int64_t n, Fn fn) {
   for (std::thread& th : pool) th.join();
 }
 
-TEST(GpuFormats, Int8E3m4PackedEncodeEqualsScalarOnEveryBf16InEveryPosition) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
+// Every bf16 value at every position of a block over each background, encoded on the device by
+// `kPath`, against encode_row of the scalar trait on the host.
+template <Path kPath>
+void expect_sweep_equals_scalar() {
   const std::vector<uint16_t> bg = backgrounds();
   constexpr int64_t kBlocks = static_cast<int64_t>(kPositions) * kBlocksPerValueSweep;
   uint16_t* d_bg = nullptr;
@@ -162,7 +197,7 @@ TEST(GpuFormats, Int8E3m4PackedEncodeEqualsScalarOnEveryBf16InEveryPosition) {
   std::vector<uint16_t> words(kBlocks);      // [kBlocks] device scale words
   int64_t e3m4_blocks = 0;
   for (int g = 0; g < kBackgrounds; ++g) {
-    encode_int8_e3m4<<<1024, 256>>>(d_bg + g * 32, kBlocks, d_codes, d_words);
+    encode_int8_e3m4<kPath><<<1024, 256>>>(d_bg + g * 32, kBlocks, d_codes, d_words);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     ASSERT_EQ(cudaMemcpy(codes.data(), d_codes, codes.size(), cudaMemcpyDeviceToHost), cudaSuccess);
     ASSERT_EQ(
@@ -200,6 +235,21 @@ TEST(GpuFormats, Int8E3m4PackedEncodeEqualsScalarOnEveryBf16InEveryPosition) {
   cudaFree(d_bg);
   cudaFree(d_codes);
   cudaFree(d_words);
+}
+
+TEST(GpuFormats, Int8E3m4PackedEncodeEqualsScalarOnEveryBf16InEveryPosition) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
+  expect_sweep_equals_scalar<Path::kReference>();
+}
+
+TEST(GpuFormats, Int8E3m4FastEncodeEqualsScalarOnEveryBf16InEveryPosition) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
+  expect_sweep_equals_scalar<Path::kFast>();
+}
+
+TEST(GpuFormats, Int8E3m4FastEncodeEqualsScalarOnEveryBf16AmongFastBlocks) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
+  expect_sweep_equals_scalar<Path::kFastAmongFastBlocks>();
 }
 
 TEST(GpuFormats, Int8E3m4PackedDecodeAddEqualsScalarOnEveryCodeAndWord) {

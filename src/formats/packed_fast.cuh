@@ -1,8 +1,8 @@
 // Instruction-lean encoders for the data kernels, with the same bits as the traits of codecs.h.
 // encode_lane<F> is what a kernel calls for one lane's 8 bf16 values (all 32 lanes together: it
 // shuffles). For finite blocks it takes fast paths; whenever a lane's block holds Inf or NaN (or,
-// for mxfp4, a subnormal block maximum) the whole warp takes the reference path of packed.cuh for
-// that step, so the rare cases keep exactly the scalar rules.
+// for mxfp4 and int8/e3m4, a subnormal or tiny block maximum) the whole warp takes the reference
+// path of packed.cuh for that step, so the rare cases keep exactly the scalar rules.
 //   amax:  the largest bf16 magnitude as an integer (magnitude bits order like the values for
 //          finite numbers), four packed max instructions and integer shuffles, instead of a float
 //          max and a finiteness test per element;
@@ -10,8 +10,11 @@
 //          each product rounded exactly as the scalar encode rounds it;
 //   mxfp4: the scaled value v = x * 2^-e is exact (a power of two), so its e2m1 code is counted
 //          from comparisons of two values at a time in f16x2 (exact for |v| < 8) against the
-//          rounding midpoints of the e2m1 grid.
-// tests/test_gpu_formats.cu checks each path against the scalar traits exhaustively.
+//          rounding midpoints of the e2m1 grid;
+//   int8/e3m4: both candidates' codes, decoded values and error sums by float additions instead
+//          of float-int conversions, each element coded once per candidate (see below).
+// tests/test_gpu_fast_codecs.cu and tests/test_gpu_formats.cu check each path against the scalar
+// traits exhaustively.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -87,6 +90,109 @@ __device__ __forceinline__ uint32_t e2m1x2(uint32_t w, float inv) {
   return (code_lo | sign_lo) | ((code_hi | sign_hi) << 4);
 }
 
+// --- int8/e3m4 ---------------------------------------------------------------------------------
+// The reference (lane_block_params + lane_encode) codes each element with both candidates for the
+// error sums and again for the output, each time with a float-to-int conversion, and decodes both
+// candidates with int-to-float conversions; the conversions issue at a fraction of the rate of
+// float arithmetic. The fast path codes each element once per candidate by float additions
+// (int8_rounding_sum, e3m4_rounding_offset of scalar.h), takes each code and its decoded value
+// from the same sum, keeps both candidates' code words and selects one after the comparison. Every
+// float operation that reaches an error sum is the reference's operation on the same operands, so
+// the sums, the choice and the codes are the reference's bits.
+//
+// It covers blocks of zeros and finite blocks with amax >= 2^-119 (bf16 bits 0x0400): there
+//   - amax / 127 and amax * 2^-6 are normal floats, the latter exact, so the e3m4 scale is
+//     s3 = amax / 64; both scales and their reciprocals are normal (no FLT_MAX clamp);
+//   - |x * m8| <= amax * m8 (1 + u) < 127 (1 + u)^2 / (1 - u) < 127.5 (u = 2^-24, m8 = fl(1/s8),
+//     s8 >= fl(amax / 127)), so clamping to [-127, 127] would not change the rounded integer and
+//     int8_rounding_sum gives int8_satfinite's code;
+//   - |x * m3| <= amax * fl(64 / amax) (1 + u) < 64 (1 + u)^2 < 124: e3m4's clamp is inactive.
+// The rest (Inf or NaN, tiny maxima) sends the warp to the reference path.
+inline constexpr uint32_t kInt8E3m4FastMinAmax = 0x0400;  // bf16 bits of 2^-119
+
+// The four low bytes of t0..t3's bits as one word, t0's in byte 0.
+__device__ __forceinline__ uint32_t low_bytes(float t0, float t1, float t2, float t3) {
+  const uint32_t lo = __byte_perm(__float_as_uint(t0), __float_as_uint(t1), 0x0040);
+  const uint32_t hi = __byte_perm(__float_as_uint(t2), __float_as_uint(t3), 0x0040);
+  return __byte_perm(lo, hi, 0x5410);
+}
+
+// The sign bits of the four bf16 values of w0 (elements 0, 1) and w1 (2, 3) at bit 7 of bytes
+// 0-3: the high byte of each bf16, masked.
+__device__ __forceinline__ uint32_t sign_bytes(uint32_t w0, uint32_t w1) {
+  return __byte_perm(w0, w1, 0x7531) & 0x80808080u;
+}
+
+// 1 / s rounded to nearest even, for s and 1 / s normal floats: rcp.rn.ftz is IEEE's correctly
+// rounded reciprocal there (flushing to zero only touches subnormal inputs and results), so it
+// equals clamped_reciprocal(s), without the out-of-line subnormal handling of 1.0f / s (whose
+// call made the combine kernel spill registers).
+__device__ __forceinline__ float rcp_normal(float s) {
+  float r;
+  asm("rcp.rn.ftz.f32 %0, %1;" : "=f"(r) : "f"(s));
+  return r;
+}
+
+// One lane's int8/e3m4 encode for a block in the fast range (see above), amax_bits its bf16 amax.
+__device__ __forceinline__ void int8_e3m4_fast(const uint4& v, uint32_t amax_bits, uint2& word,
+                                               Int8E3m4Wire::Params& params) {
+  using F = Int8E3m4Wire;
+  // A zero block computes with the scales of amax = 1: its elements (+-0) times any finite
+  // multiplier give codes 0 and error sums 0, a tie that keeps int8; its word and multipliers are
+  // set to F::block_params' zeros at the end.
+  const float amax = __uint_as_float((amax_bits != 0 ? amax_bits : 0x3f80u) << 16);
+  // The scales and multipliers of F::block_params: the same words (int8_scale_word equals
+  // bf16_round_up(amax / 127)) and the same reciprocals.
+  const uint16_t w8 = int8_scale_word(amax);
+  const uint16_t w3 = bf16_round_up(amax * 0.015625f);
+  const float s8 = bf16_to_float(w8), s3 = bf16_to_float(w3);
+  const float m8 = rcp_normal(s8), m3 = rcp_normal(s3);
+  float err8 = 0.0f, err3 = 0.0f;
+  uint32_t codes8[2], codes3[2];
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const uint32_t w0 = half == 0 ? v.x : v.z, w1 = half == 0 ? v.y : v.w;
+    const float x[4] = {low_bf16(w0), high_bf16(w0), low_bf16(w1), high_bf16(w1)};
+    float t8[4], t3[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      // int8: F::add_errors' decode(int8_satfinite(x * m8), w8) - x, squared and added.
+      t8[j] = int8_rounding_sum(x[j] * m8);
+      const float d8 = sub_rn(t8[j], kRoundToIntOffset) * s8 - x[j];
+      err8 = err8 + d8 * d8;
+      // e3m4: the code's sign is x's (m3 > 0), its magnitude code and value come from
+      // a = |x * m3|. The reference's error is +-(value * s3) - x with the sign of x, i.e.
+      // +-(value * s3 - |x|): the same square, as rounding to nearest is symmetric and an exact
+      // zero difference is +0 either way.
+      const float a = fabsf(x[j] * m3);
+      const float c = e3m4_rounding_offset(a);
+      t3[j] = add_rn(a, c);
+      const float d3 = sub_rn(t3[j], c) * s3 - fabsf(x[j]);
+      err3 = err3 + d3 * d3;
+    }
+    codes8[half] = low_bytes(t8[0], t8[1], t8[2], t8[3]);
+    codes3[half] = low_bytes(t3[0], t3[1], t3[2], t3[3]) | sign_bytes(w0, w1);
+  }
+  // pick_code's pairwise sums over the block's 4 lanes, in lane_block_params' order.
+#pragma unroll
+  for (int offset = 1; offset < F::kBlock / kElemsPerLane; offset *= 2) {
+    err8 = err8 + __shfl_xor_sync(0xffffffffu, err8, offset);
+    err3 = err3 + __shfl_xor_sync(0xffffffffu, err3, offset);
+  }
+  params.e3m4_stored = static_cast<uint16_t>(w3 | F::kE3m4Bit);
+  params.e3m4_inv = m3;
+  if (err3 < err8) {  // F::pick
+    word = make_uint2(codes3[0], codes3[1]);
+    params.stored = params.e3m4_stored;
+    params.inv = m3;
+  } else {
+    word = make_uint2(codes8[0], codes8[1]);
+    params.stored = w8;
+    params.inv = m8;
+  }
+  if (amax_bits == 0) params = F::Params{};
+}
+
 // One lane's 8 values of a row in wire format F, with their block's parameters. All 32 lanes
 // must call it. The fast paths give the bits of lane_block_params + lane_encode.
 template <typename F>
@@ -128,6 +234,15 @@ __device__ __forceinline__ void encode_lane(const uint4& v, LaneWord<F>& word,
     }
     word = e2m1x2(v.x, params.inv) | (e2m1x2(v.y, params.inv) << 8) |
            (e2m1x2(v.z, params.inv) << 16) | (e2m1x2(v.w, params.inv) << 24);
+  } else if constexpr (std::is_same_v<F, Int8E3m4Wire>) {
+    const uint32_t a = block_amax_bits<F::kBlock / kElemsPerLane>(v);
+    const bool fast = a == 0 || (a >= kInt8E3m4FastMinAmax && a < 0x7f80u);
+    if (!__all_sync(0xffffffffu, fast)) {
+      params = lane_block_params<F>(v);
+      word = lane_encode<F>(v, params);
+      return;
+    }
+    int8_e3m4_fast(v, a, word, params);
   } else {
     params = lane_block_params<F>(v);
     word = lane_encode<F>(v, params);

@@ -197,6 +197,63 @@ MOE_EP_HD float e3m4_to_float(uint8_t q) {
   return (q & 0x80) ? -v : v;
 }
 
+// --- roundings by one addition, for the kernels' int8/e3m4 encoder -------------------------------
+// The device's float-to-int conversions (cvt.rni) and int-to-float conversions issue at a
+// fraction of the rate of a float add, and the int8/e3m4 encoder rounds every element with both
+// codes. These helpers round with float additions instead and give the same code and the same
+// decoded value as int8_satfinite / e3m4_satfinite with int8_to_float / e3m4_to_float on their
+// domains (tests/test_formats_random.cc compares them on every float of those domains, up to the
+// low byte, which cannot move a float across a rounding boundary).
+
+// a + b and a - b rounded to nearest even, never fused or reassociated (the intrinsics on the
+// device; the host build has no -ffast-math): the roundings below depend on the exact sum being
+// rounded once.
+MOE_EP_HD float add_rn(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+MOE_EP_HD float sub_rn(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fsub_rn(a, b);
+#else
+  return a - b;
+#endif
+}
+
+// 1.5 * 2^23: for |y| < 2^22, t = y + this lies in [2^23, 2^24), where floats are the integers,
+// so the addition rounds y to the nearest integer q, ties to even (this constant is even), and
+// float_bits(t) = 0x4b400000 + q: its low byte is q as a two's complement byte.
+inline constexpr float kRoundToIntOffset = 12582912.0f;
+
+// The int8 code of y, for |y| < 127.5 (where clamping to [-127, 127] cannot change the rounded
+// value): t = int8_rounding_sum(y) has int8_satfinite(y) in the low byte of its bits, and
+// t - kRoundToIntOffset is exactly int8_to_float of that code.
+MOE_EP_HD float int8_rounding_sum(float y) { return add_rn(y, kRoundToIntOffset); }
+
+// The offset c that rounds a magnitude 0 <= a <= 124 to the e3m4 grid by one addition. e3m4
+// rounds a to r * 2^(k - 4), r an integer (nearest, ties to even), k = max(floor(log2 a), 0),
+// and codes it as 16k + r (e3m4_satfinite). c is 2^(k + 19) plus 16k units of 2^(k - 4) in its
+// low mantissa bits; the floats of its binade [2^(k + 19), 2^(k + 20)) are the multiples of
+// 2^(k - 4), and a < 2^(k + 1) keeps a + c in it. So t = a + c is c + r * 2^(k - 4) (ties to
+// even r, as 16k is even), and
+//   float_bits(t) & 0xff = 16k + r, the magnitude code; t - c = r * 2^(k - 4), its value.
+// From the biased exponent E = max(exponent of a, 127), k = E - 127:
+//   float_bits(c) = (E + 19) << 23 | (E - 127) << 4 = E * (2^23 + 16) + 19 * 2^23 - 127 * 16.
+MOE_EP_HD float e3m4_rounding_offset(float a) {
+  const uint32_t biased = float_bits(a) >> 23;  // a >= 0: no sign bit
+  const uint32_t e = biased > 127u ? biased : 127u;
+  return bits_float(e * 0x800010u + (0x09800000u - 127u * 16u));
+}
+
+// The int8 scale word of a block, bf16_round_up(amax / 127), with a multiplication instead of
+// the division: the same word for every bf16 amax >= 0 (tests/test_formats_random.cc checks all
+// of them), though the two floats before the rounding up may differ.
+inline constexpr float kInt8MaxReciprocal = 1.0f / kInt8Max;  // rounded to nearest
+MOE_EP_HD uint16_t int8_scale_word(float amax) { return bf16_round_up(amax * kInt8MaxReciprocal); }
+
 // floor(log2(a)) for finite a > 0, subnormals included.
 MOE_EP_HD int floor_log2(float a) {
   const uint32_t u = float_bits(a);
