@@ -2,7 +2,8 @@
 # must end in "# wrong: 0 OK" (normal and decode mode), the --json output of both modes (one token
 # size, and a --tokens list), several nodes (--ranks-per-node),
 # `moe-ep config`, and one test per bad argument
-# asserting exit code 2 and a single stderr line that names the argument and the value.
+# asserting exit code 2 and a single stderr line that names the argument and the value (also
+# for moe-ep-link-floor, when built).
 # The drivers are tests/cli/*.sh; each test runs in well under 10 s on two cores.
 if(NOT TARGET moe-ep)
   return()
@@ -220,4 +221,19 @@ endif()
 if(NOT MOE_EP_HAVE_CUDA)
   moe_ep_cli_error(backend_cuda_not_built 2 "--backend=cuda" "without CUDA" --
                    ${MOE_EP_CLI} bench --backend cuda)
+endif()
+# moe-ep-link-floor (built with CUDA): bad arguments are refused before any GPU is touched, so
+# these run without one.
+if(TARGET moe-ep-link-floor)
+  set(MOE_EP_LINK_FLOOR $<TARGET_FILE:moe-ep-link-floor>)
+  moe_ep_cli_error(link_floor_sms_not_integer 2 "--sms=8,x" "'x' is not an integer" --
+                   ${MOE_EP_LINK_FLOOR} --sms 8,x)
+  moe_ep_cli_error(link_floor_sms_zero 2 "--sms=0" "outside [1, 1024]" --
+                   ${MOE_EP_LINK_FLOOR} --sms 0)
+  moe_ep_cli_error(link_floor_same_gpu 2 "--gpus=1,1" "two different devices" --
+                   ${MOE_EP_LINK_FLOOR} --gpus 1,1)
+  moe_ep_cli_error(link_floor_mib 2 "--mib=0" "outside [1, 16384]" --
+                   ${MOE_EP_LINK_FLOOR} --mib 0)
+  moe_ep_cli_error(link_floor_unknown 2 "--bogus" "unknown option" --
+                   ${MOE_EP_LINK_FLOOR} --bogus 1)
 endif()
