@@ -13,6 +13,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <initializer_list>
 #include <random>
 #include <vector>
 
@@ -88,24 +89,27 @@ class GpuLowLatency : public ::testing::TestWithParam<int> {
   }
 };
 
+// One eager round per input salt on one op per rank of a one-GPU world, each checked bit for bit.
+void run_rounds_and_check(const OpConfig& c, int world_size, std::initializer_list<int> salts) {
+  std::vector<LowLatencyRound> rounds;
+  for (int salt : salts) rounds.emplace_back(world_size, decode_inputs(c, world_size, salt));
+  auto comms = make_single_gpu_world(world_size);
+  testing::run_world(comms, [&](int rank, const std::shared_ptr<Communicator>& comm) {
+    auto op = testing::kept_op(comm, c);
+    TestStream stream;
+    for (LowLatencyRound& round : rounds) gpu_low_latency_round(*op, rank, round, stream.s);
+  });
+  for (size_t i = 0; i < rounds.size(); ++i) {
+    SCOPED_TRACE("round " + std::to_string(i + 1));
+    testing::check_low_latency_round(c, world_size, rounds[i], i + 1);
+  }
+}
+
 TEST_P(GpuLowLatency, AllDtypePairsEqualTheReference) {
   const int world_size = GetParam();
   for (const DtypePair& pair : testing::all_pairs()) {
     SCOPED_TRACE(testing::pair_name(pair) + " at W=" + std::to_string(world_size));
-    const OpConfig c = decode_config(world_size, pair);
-    std::vector<LowLatencyRound> rounds;
-    rounds.emplace_back(world_size, decode_inputs(c, world_size, 1));
-    rounds.emplace_back(world_size, decode_inputs(c, world_size, 2));
-    auto comms = make_single_gpu_world(world_size);
-    testing::run_world(comms, [&](int rank, const std::shared_ptr<Communicator>& comm) {
-      auto op = testing::kept_op(comm, c);
-      TestStream stream;
-      for (LowLatencyRound& round : rounds) gpu_low_latency_round(*op, rank, round, stream.s);
-    });
-    for (size_t i = 0; i < rounds.size(); ++i) {
-      SCOPED_TRACE("round " + std::to_string(i + 1));
-      testing::check_low_latency_round(c, world_size, rounds[i], i + 1);
-    }
+    run_rounds_and_check(decode_config(world_size, pair), world_size, {1, 2});
   }
 }
 
@@ -126,15 +130,7 @@ TEST(GpuLowLatencyOddScales, Mxfp4ScaleRowsOfOddBytesEqualTheReference) {
       SCOPED_TRACE(testing::pair_name(pair) + " at W=" + std::to_string(world_size));
       OpConfig c = decode_config(world_size, pair);
       c.hidden = 2080;
-      std::vector<LowLatencyRound> rounds;
-      rounds.emplace_back(world_size, decode_inputs(c, world_size, 3));
-      auto comms = make_single_gpu_world(world_size);
-      testing::run_world(comms, [&](int rank, const std::shared_ptr<Communicator>& comm) {
-        auto op = testing::kept_op(comm, c);
-        TestStream stream;
-        for (LowLatencyRound& round : rounds) gpu_low_latency_round(*op, rank, round, stream.s);
-      });
-      testing::check_low_latency_round(c, world_size, rounds[0], 1);
+      run_rounds_and_check(c, world_size, {3});
     }
   }
 }

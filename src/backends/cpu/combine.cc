@@ -56,35 +56,34 @@ void CpuOp::combine(const Handle& handle, const TensorView& y, const TensorView&
 // when src is on this node, else to the forwarder of this node for src (forward.cc).
 void CpuOp::send_combine_rows(const TensorView& y) {
   const int64_t h = config_.hidden;
-  const int64_t max_tokens = config_.max_tokens_per_rank;
-  const int64_t payload = payload_bytes(config_.combine_dtype, h);  // bytes per row
-  const int64_t scales = scale_bytes(config_.combine_dtype, h);     // bytes per row
-  const uint16_t* y_rows = y.ptr<uint16_t>();                       // [num_recv, hidden] bf16
-  const int node = shape_.node_of(rank_);
-  const int position = rank_ - shape_.first_rank_of(node);  // this rank's place in its node
+  const uint16_t* y_rows = y.ptr<uint16_t>();  // [num_recv, hidden] bf16
   formats::visit_format(config_.combine_dtype, [&](auto format) {
     using F = decltype(format);
     for (int64_t i = 0; i < latest_.num_recv; ++i) {
-      const int src = route_src_rank_[i];
-      const int64_t t = route_src_token_[i];
-      uint8_t* payload_row = nullptr;
-      uint8_t* scale_row = nullptr;
-      if (shape_.node_of(src) == node) {
-        RankBuffers& dst = shared_->buffers[src];
-        const int64_t row = rank_ * max_tokens + t;
-        payload_row = dst.combine_payload.data() + row * payload;
-        scale_row = dst.combine_scales.data() + row * scales;
-      } else {
-        RankBuffers& dst = shared_->buffers[shape_.forwarder(src, node)];
-        const int64_t row =
-            fwd_combine_row(position, shape_.node_of(src), shape_.num_nodes(), max_tokens, t);
-        payload_row = dst.fwd_combine_payload.data() + row * payload;
-        scale_row = dst.fwd_combine_scales.data() + row * scales;
-      }
-      formats::encode_row<F>(y_rows + i * h, h, payload_row,
-                             reinterpret_cast<typename F::Scale*>(scale_row));
+      const CombineRow dst = combine_row_for(route_src_rank_[i], route_src_token_[i]);
+      formats::encode_row<F>(y_rows + i * h, h, dst.payload,
+                             reinterpret_cast<typename F::Scale*>(dst.scales));
     }
   });
+}
+
+CpuOp::CombineRow CpuOp::combine_row_for(int src, int64_t t) {
+  const int64_t h = config_.hidden;
+  const int64_t max_tokens = config_.max_tokens_per_rank;
+  const int64_t payload = payload_bytes(config_.combine_dtype, h);  // bytes per row
+  const int64_t scales = scale_bytes(config_.combine_dtype, h);     // bytes per row
+  const int node = shape_.node_of(rank_);
+  if (shape_.node_of(src) == node) {
+    RankBuffers& dst = shared_->buffers[src];
+    const int64_t row = rank_ * max_tokens + t;
+    return {dst.combine_payload.data() + row * payload, dst.combine_scales.data() + row * scales};
+  }
+  RankBuffers& dst = shared_->buffers[shape_.forwarder(src, node)];
+  const int position = rank_ - shape_.first_rank_of(node);  // this rank's place in its node
+  const int64_t row =
+      fwd_combine_row(position, shape_.node_of(src), shape_.num_nodes(), max_tokens, t);
+  return {dst.fwd_combine_payload.data() + row * payload,
+          dst.fwd_combine_scales.data() + row * scales};
 }
 
 // Receiver role, in both modes: with `plan` naming the destination ranks of each token,

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -76,6 +77,13 @@ class CpuOp : public OpBase {
   // its node returns for each forwarded token and sends the partial home.
   bool several_nodes() const { return shape_.num_nodes() > 1; }
   void stage_dispatch_rows(const DispatchArgs& args, const SendPlan& plan);
+  // Both modes' staging: for every other node n, the tokens of this rank that some rank of n
+  // takes, ascending, at rows (this rank, i) of n's forwarder for this rank: each token's index
+  // and global expert ids, `extra(forwarder, row, t)` for what else the mode stages, and their
+  // number.
+  void stage_for_forwarders(
+      const SendPlan& plan, const TensorView& topk_idx,
+      const std::function<void(RankBuffers& fwd, int64_t row, int64_t t)>& extra);
   void forward_dispatch_rows();
   // Forwarder role of both modes' combines: `tokens[s]` and `to[s]` are the routes recorded by
   // the latest dispatch of that mode (forward_tokens_ / forward_to_, or their decode-mode copies).
@@ -90,11 +98,18 @@ class CpuOp : public OpBase {
   // that `plan` sent token t to.
   void check_combine_args(const Handle& handle, const TensorView& y, const TensorView& out) const;
   void send_combine_rows(const TensorView& y);
+  // Where the partial result of (src rank, src token t) goes, in both modes: row (this rank, t)
+  // of src's combine buffer when src is on this node, else this rank's row for (src's node, t)
+  // at the forwarder of this node for src (forward.cc).
+  struct CombineRow {
+    uint8_t* payload;
+    uint8_t* scales;
+  };
+  CombineRow combine_row_for(int src, int64_t t);
   void receive_combine(const SendPlan& plan, int64_t num_tokens, const TensorView& out);
 
   // Decode mode (low_latency.cc).
   void send_low_latency_tokens(const LowLatencyDispatchArgs& args, const SendPlan& plan);
-  void stage_low_latency_routes(const LowLatencyDispatchArgs& args, const SendPlan& plan);
   void receive_low_latency();
   LowLatencyDispatchResult low_latency_views() const;  // of the slabs, for latest_low_latency_
   void check_low_latency_combine_args(const TensorView& y, const LowLatencyHandle& handle,

@@ -21,19 +21,14 @@
 
 namespace moe_ep::cpu_backend {
 
-// Sender role toward other nodes: for each other node n, the tokens that go to some rank of n,
-// ascending, each staged once at n's forwarder for this rank, at row (this rank, i).
-void CpuOp::stage_dispatch_rows(const DispatchArgs& args, const SendPlan& plan) {
-  const int64_t h = config_.hidden;
+void CpuOp::stage_for_forwarders(
+    const SendPlan& plan, const TensorView& topk_idx_view,
+    const std::function<void(RankBuffers& fwd, int64_t row, int64_t t)>& extra) {
   const int k = config_.topk;
   const int64_t max_tokens = config_.max_tokens_per_rank;
-  const int64_t payload = payload_bytes(config_.dispatch_dtype, h);  // bytes per row
-  const int64_t scales = scale_bytes(config_.dispatch_dtype, h);     // bytes per row
-  const int64_t num_tokens = args.topk_idx.rows();
-  const int32_t* topk_idx = args.topk_idx.ptr<int32_t>();      // [T, K]
-  const float* topk_weights = args.topk_weights.ptr<float>();  // [T, K]
-  std::vector<uint8_t> to_node(num_tokens);                    // [T] token t goes to node n
-
+  const int64_t num_tokens = topk_idx_view.rows();
+  const int32_t* topk_idx = topk_idx_view.ptr<int32_t>();  // [T, K]
+  std::vector<uint8_t> to_node(num_tokens);                // [T] token t goes to node n
   for (int node = 0; node < shape_.num_nodes(); ++node) {
     if (node == shape_.node_of(rank_)) continue;
     std::fill(to_node.begin(), to_node.end(), 0);
@@ -44,15 +39,27 @@ void CpuOp::stage_dispatch_rows(const DispatchArgs& args, const SendPlan& plan) 
     int64_t row = rank_ * max_tokens;  // this rank's staging rows at the forwarder
     for (int64_t t = 0; t < num_tokens; ++t) {
       if (!to_node[t]) continue;
-      write_dispatch_row(args, t, fwd.fwd_payload.data() + row * payload,
-                         fwd.fwd_scales.data() + row * scales);
       std::memcpy(fwd.fwd_topk_idx.data() + row * k, topk_idx + t * k, sizeof(int32_t) * k);
-      std::memcpy(fwd.fwd_topk_weights.data() + row * k, topk_weights + t * k, sizeof(float) * k);
       fwd.fwd_src_token[row] = static_cast<int32_t>(t);
+      extra(fwd, row, t);
       ++row;
     }
     fwd.fwd_count[rank_] = static_cast<int32_t>(row - rank_ * max_tokens);
   }
+}
+
+// Sender role toward other nodes: each token bound for another node is staged once at that
+// node's forwarder, with its row in the wire format and its weights.
+void CpuOp::stage_dispatch_rows(const DispatchArgs& args, const SendPlan& plan) {
+  const int k = config_.topk;
+  const int64_t payload = payload_bytes(config_.dispatch_dtype, config_.hidden);  // bytes per row
+  const int64_t scales = scale_bytes(config_.dispatch_dtype, config_.hidden);     // bytes per row
+  const float* topk_weights = args.topk_weights.ptr<float>();                     // [T, K]
+  stage_for_forwarders(plan, args.topk_idx, [&](RankBuffers& fwd, int64_t row, int64_t t) {
+    write_dispatch_row(args, t, fwd.fwd_payload.data() + row * payload,
+                       fwd.fwd_scales.data() + row * scales);
+    std::memcpy(fwd.fwd_topk_weights.data() + row * k, topk_weights + t * k, sizeof(float) * k);
+  });
 }
 
 // Forwarder role in dispatch: the sources served are the ranks of other nodes at this rank's

@@ -120,35 +120,11 @@ void CpuOp::send_low_latency_tokens(const LowLatencyDispatchArgs& args, const Se
       dst.stage_count[rank_] = static_cast<int32_t>(tokens.size());
     }
   });
-  if (several_nodes()) stage_low_latency_routes(args, plan);
-}
-
-// Several nodes, sender role: the rows themselves went straight to their slabs above (the bytes
-// a forwarder would store are the bytes staged, unchanged, so the slabs are the one-node ones);
-// what each other node's forwarder needs for the combine is the route: for every node n, the
-// tokens of this rank that some rank of n takes, ascending, with their global expert ids, at
-// rows (this rank, i) of n's forwarder's fwd_src_token and fwd_topk_idx, and their number.
-void CpuOp::stage_low_latency_routes(const LowLatencyDispatchArgs& args, const SendPlan& plan) {
-  const int k = config_.topk;
-  const int64_t max_tokens = config_.max_tokens_per_rank;
-  const int64_t num_tokens = args.topk_idx.rows();
-  const int32_t* topk_idx = args.topk_idx.ptr<int32_t>();  // [T, K]
-  std::vector<uint8_t> to_node(num_tokens);                // [T] token t goes to node n
-  for (int node = 0; node < shape_.num_nodes(); ++node) {
-    if (node == shape_.node_of(rank_)) continue;
-    std::fill(to_node.begin(), to_node.end(), 0);
-    for (int r = shape_.first_rank_of(node); r < shape_.first_rank_of(node + 1); ++r) {
-      for (const int32_t t : plan.tokens_per_dest[r]) to_node[t] = 1;
-    }
-    RankBuffers& fwd = shared_->buffers[shape_.forwarder(rank_, node)];
-    int64_t row = rank_ * max_tokens;  // this rank's rows at the forwarder
-    for (int64_t t = 0; t < num_tokens; ++t) {
-      if (!to_node[t]) continue;
-      std::memcpy(fwd.fwd_topk_idx.data() + row * k, topk_idx + t * k, sizeof(int32_t) * k);
-      fwd.fwd_src_token[row] = static_cast<int32_t>(t);
-      ++row;
-    }
-    fwd.fwd_count[rank_] = static_cast<int32_t>(row - rank_ * max_tokens);
+  // Several nodes: the rows themselves went straight to their slabs above (the bytes a forwarder
+  // would store are the bytes staged, unchanged, so the slabs are the one-node ones); what each
+  // other node's forwarder needs for the combine is the route alone.
+  if (several_nodes()) {
+    stage_for_forwarders(plan, args.topk_idx, [](RankBuffers&, int64_t, int64_t) {});
   }
 }
 
@@ -277,18 +253,14 @@ void CpuOp::receive_low_latency_combine(const TensorView& out) {
 
 // Sender (expert rank) role: for each received (s, t), p = bf16(sum over t's slots k ascending
 // whose expert is local of w_k * float(y[e_k][row of (s, t)])) in fp32 from 0.0f, each term a
-// rounded product and a rounded addition; p goes back encoded to row (this rank, t) of s.
+// rounded product and a rounded addition; p goes back encoded to row (this rank, t) of s, or to
+// its forwarder (combine_row_for).
 void CpuOp::send_low_latency_partials(const TensorView& y) {
   const int64_t h = config_.hidden;
   const int k = config_.topk;
-  const int64_t max_tokens = config_.max_tokens_per_rank;
-  const int64_t payload = payload_bytes(config_.combine_dtype, h);  // bytes per row
-  const int64_t scales = scale_bytes(config_.combine_dtype, h);     // bytes per row
-  const uint16_t* y_rows = y.ptr<uint16_t>();                       // [E/W, W*Tmax, H] bf16
-  std::vector<float> acc(h);                                        // [H]
-  std::vector<uint16_t> partial(h);                                 // [H] bf16
-  const int node = shape_.node_of(rank_);
-  const int position = rank_ - shape_.first_rank_of(node);  // this rank's place in its node
+  const uint16_t* y_rows = y.ptr<uint16_t>();  // [E/W, W*Tmax, H] bf16
+  std::vector<float> acc(h);                   // [H]
+  std::vector<uint16_t> partial(h);            // [H] bf16
   formats::visit_format(config_.combine_dtype, [&](auto format) {
     using F = decltype(format);
     for (size_t n = 0; n < low_latency_src_rank_.size(); ++n) {
@@ -304,24 +276,9 @@ void CpuOp::send_low_latency_partials(const TensorView& y) {
         }
       }
       for (int64_t j = 0; j < h; ++j) partial[j] = formats::float_to_bf16(acc[j]);
-      const int src = low_latency_src_rank_[n];
-      const int64_t t = low_latency_src_token_[n];
-      uint8_t* payload_row = nullptr;
-      uint8_t* scale_row = nullptr;
-      if (shape_.node_of(src) == node) {
-        RankBuffers& dst = shared_->buffers[src];
-        const int64_t row = rank_ * max_tokens + t;
-        payload_row = dst.combine_payload.data() + row * payload;
-        scale_row = dst.combine_scales.data() + row * scales;
-      } else {  // to the forwarder of this node for src, as send_combine_rows
-        RankBuffers& dst = shared_->buffers[shape_.forwarder(src, node)];
-        const int64_t row =
-            fwd_combine_row(position, shape_.node_of(src), shape_.num_nodes(), max_tokens, t);
-        payload_row = dst.fwd_combine_payload.data() + row * payload;
-        scale_row = dst.fwd_combine_scales.data() + row * scales;
-      }
-      formats::encode_row<F>(partial.data(), h, payload_row,
-                             reinterpret_cast<typename F::Scale*>(scale_row));
+      const CombineRow dst = combine_row_for(low_latency_src_rank_[n], low_latency_src_token_[n]);
+      formats::encode_row<F>(partial.data(), h, dst.payload,
+                             reinterpret_cast<typename F::Scale*>(dst.scales));
     }
   });
 }
