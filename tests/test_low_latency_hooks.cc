@@ -31,6 +31,7 @@ using testing::check_low_latency_round;
 using testing::DtypePair;
 using testing::expect_error;
 using testing::expect_same;
+using testing::expect_same_low_latency;
 using testing::InputSpec;
 using testing::LowLatencyRound;
 using testing::make_inputs;
@@ -150,14 +151,7 @@ void expect_same_round(const LowLatencyRound& hooked, const LowLatencyRound& pla
                        int world_size) {
   for (int r = 0; r < world_size; ++r) {
     SCOPED_TRACE("rank " + std::to_string(r) + ": with hooks against without");
-    const auto& got = hooked.received[r];
-    const auto& want = plain.received[r];
-    expect_same("recv_count", got.recv_count, want.recv_count);
-    expect_same("recv_x", got.recv_x, want.recv_x);
-    expect_same("recv_x_scales", got.recv_x_scales, want.recv_x_scales);
-    expect_same("recv_src_rank", got.recv_src_rank, want.recv_src_rank);
-    expect_same("recv_src_token", got.recv_src_token, want.recv_src_token);
-    expect_same("recv_src_slot", got.recv_src_slot, want.recv_src_slot);
+    expect_same_low_latency(hooked.received[r], plain.received[r]);
     expect_same("out", hooked.out[r], plain.out[r]);
     EXPECT_EQ(hooked.views[r].handle.call_seq, plain.views[r].handle.call_seq);
   }

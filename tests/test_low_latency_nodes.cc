@@ -22,6 +22,7 @@ using testing::all_pairs;
 using testing::check_low_latency_round;
 using testing::DtypePair;
 using testing::expect_same;
+using testing::expect_same_low_latency;
 using testing::InputSpec;
 using testing::LowLatencyRound;
 using testing::make_inputs;
@@ -52,14 +53,7 @@ std::vector<LowLatencyRound> run_against_one_node(
     check_low_latency_round(config, world_size, res[i], i + 1);
     for (int r = 0; r < world_size; ++r) {
       SCOPED_TRACE("low_latency_dispatch on rank " + std::to_string(r) + " against one node");
-      const reference::LowLatencyOutputs& got = res[i].received[r];
-      const reference::LowLatencyOutputs& want = flat[i].received[r];
-      expect_same("recv_count", got.recv_count, want.recv_count);
-      expect_same("recv_x", got.recv_x, want.recv_x);
-      expect_same("recv_x_scales", got.recv_x_scales, want.recv_x_scales);
-      expect_same("recv_src_rank", got.recv_src_rank, want.recv_src_rank);
-      expect_same("recv_src_token", got.recv_src_token, want.recv_src_token);
-      expect_same("recv_src_slot", got.recv_src_slot, want.recv_src_slot);
+      expect_same_low_latency(res[i].received[r], flat[i].received[r]);
     }
   }
   return res;

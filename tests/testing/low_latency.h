@@ -163,6 +163,17 @@ inline std::vector<LowLatencyRound> run_low_latency_rounds(
   return results;
 }
 
+// Every output of one rank's low_latency_dispatch (the slabs as copied to the host), bit for bit.
+inline void expect_same_low_latency(const LowLatencyOutputs& got, const LowLatencyOutputs& want) {
+  EXPECT_EQ(got.slab_rows, want.slab_rows);
+  expect_same("recv_count", got.recv_count, want.recv_count);
+  expect_same("recv_x", got.recv_x, want.recv_x);
+  expect_same("recv_x_scales", got.recv_x_scales, want.recv_x_scales);
+  expect_same("recv_src_rank", got.recv_src_rank, want.recv_src_rank);
+  expect_same("recv_src_token", got.recv_src_token, want.recv_src_token);
+  expect_same("recv_src_slot", got.recv_src_slot, want.recv_src_slot);
+}
+
 // Checks one round on every rank against the reference, bit for bit.
 inline void check_low_latency_round(const OpConfig& config, int world_size,
                                     const LowLatencyRound& res, uint64_t expected_call_seq = 1) {
@@ -171,13 +182,7 @@ inline void check_low_latency_round(const OpConfig& config, int world_size,
     SCOPED_TRACE("low_latency_dispatch on rank " + std::to_string(r));
     const LowLatencyOutputs& got = res.received[r];
     const LowLatencyOutputs& want = expected.received[r];
-    EXPECT_EQ(got.slab_rows, want.slab_rows);
-    expect_same("recv_count", got.recv_count, want.recv_count);
-    expect_same("recv_x", got.recv_x, want.recv_x);
-    expect_same("recv_x_scales", got.recv_x_scales, want.recv_x_scales);
-    expect_same("recv_src_rank", got.recv_src_rank, want.recv_src_rank);
-    expect_same("recv_src_token", got.recv_src_token, want.recv_src_token);
-    expect_same("recv_src_slot", got.recv_src_slot, want.recv_src_slot);
+    expect_same_low_latency(got, want);
     const LowLatencyHandle& h = res.views[r].handle;
     EXPECT_EQ(h.op_uid, res.op_uids[r]);
     EXPECT_EQ(h.call_seq, expected_call_seq);
