@@ -34,12 +34,19 @@ namespace moe_ep::testing {
 // for it. So every stream the tests use comes from a pool of kStreamPool streams per device, made
 // one after another (so on distinct queues) and kept for the life of the process:
 // - rank r of the single-GPU world (r < 8) computes on streams r, 8 + r and 16 + r (its first,
-//   second and third TestStream) and allocates and copies on stream 24 + r;
+//   second and third TestStream) and allocates and copies on stream 16 + r (its third compute
+//   stream: a queue shared within a rank only orders that rank's own work);
 // - a thread outside the world (a test's main thread, or one rank per GPU) computes on streams
-//   31, 30 and 29 and allocates on stream 24, which worlds of up to 5 ranks leave free.
+//   23, 22 and 21 and allocates on stream 16, which the ranks leave alone while it runs.
+// The pool takes 24 of the 32 queues, not all of them: a stream made later, such as those the
+// driver makes to run a CUDA graph launched on a pool stream, lands on one of the 8 queues left
+// (until it wraps around) instead of on another rank's. With all 32 queues in the pool, the
+// captured two-micro-batch round (GpuLowLatencyHooksGraph) stalled in its first replay in 2 of
+// 3 runs on an H200, one rank's graph starting only after the other's had timed out; with 24 it
+// passed 5 of 5 (docs/perf-notes.md, v15). That is evidence for the cause, not proof.
 // The library's own streams (one per communicator) only zero memory and run the creation
 // rendezvous, never while another rank's data kernels wait.
-inline constexpr int kStreamPool = 32;
+inline constexpr int kStreamPool = 24;
 inline constexpr int kPooledRanks = 8;
 inline thread_local int test_rank = -1;  // set by the single-GPU world's runner (gpu_world.h)
 
@@ -67,9 +74,9 @@ inline cudaStream_t pooled_stream(int device, int index) {
     MOE_EP_CUDA_CHECK(
         cudaMemPoolSetAttribute(mem, cudaMemPoolAttrReleaseThreshold, &keep_everything));
     void* reserve = nullptr;
-    MOE_EP_CUDA_CHECK(cudaMallocAsync(&reserve, size_t{1} << 30, pool[24]));
-    MOE_EP_CUDA_CHECK(cudaFreeAsync(reserve, pool[24]));
-    MOE_EP_CUDA_CHECK(cudaStreamSynchronize(pool[24]));
+    MOE_EP_CUDA_CHECK(cudaMallocAsync(&reserve, size_t{1} << 30, pool[16]));
+    MOE_EP_CUDA_CHECK(cudaFreeAsync(reserve, pool[16]));
+    MOE_EP_CUDA_CHECK(cudaStreamSynchronize(pool[16]));
     MOE_EP_CUDA_CHECK(cudaSetDevice(previous));
   }
   return pool[index];
@@ -77,7 +84,7 @@ inline cudaStream_t pooled_stream(int device, int index) {
 
 // The stream this thread allocates, copies and frees on (see above).
 inline cudaStream_t test_stream_of(int device) {
-  return pooled_stream(device, 24 + (test_rank >= 0 ? test_rank % kPooledRanks : 0));
+  return pooled_stream(device, 2 * kPooledRanks + (test_rank >= 0 ? test_rank % kPooledRanks : 0));
 }
 
 inline int current_device() {

@@ -62,7 +62,8 @@ struct TestStream {
   cudaStream_t s = nullptr;
   TestStream() {
     const int k = test_streams_taken++ % 3;
-    const int index = test_rank >= 0 ? k * kPooledRanks + test_rank % kPooledRanks : 31 - k;
+    const int index =
+        test_rank >= 0 ? k * kPooledRanks + test_rank % kPooledRanks : kStreamPool - 1 - k;
     s = pooled_stream(current_device(), index);
   }
   TestStream(const TestStream&) = delete;
