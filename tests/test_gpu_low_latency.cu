@@ -9,12 +9,15 @@
 // per rank, every call split into its send part (return_recv_hook) and its receive part in the
 // overlapped order with no host wait in between, eagerly for every dtype pair (equal to the
 // reference and to the same calls without hooks) and captured in one graph replayed with new
-// inputs.
+// inputs; and a receive whose send part a peer rejected raises an error instead of returning
+// the previous dispatch's rows.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <initializer_list>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "formats/codecs.h"
@@ -390,6 +393,64 @@ TEST(GpuLowLatencyHooks, TwoMicroBatchesEqualTheReferenceAndTheCallsWithoutHooks
     }
     if (::testing::Test::HasFailure()) return;  // one pair's report is enough
   }
+}
+
+TEST(GpuLowLatencyHooks, ReceiveWhoseSendPartFailedReportsAnErrorNotEarlierRows) {
+  // Rank 0's hooked send part is accepted on its host, rank 1 rejects its own: the step fails on
+  // both and nothing moves. Rank 0 then makes another call while the receive is pending; that
+  // call raises the send part's failure, which leaves the receive pending. The receive must not
+  // hand out the previous dispatch's rows without an error: its expand finds that its send part
+  // never ran and reports it, raised by rank 0's next call. Then a clean round on both ranks.
+  if (!testing::have_gpu()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
+  const int world_size = 2;
+  const OpConfig c = decode_config(world_size, {DispatchDtype::fp8, CombineDtype::bf16});
+  LowLatencyRound first(world_size, decode_inputs(c, world_size, 40));
+  LowLatencyRound last(world_size, decode_inputs(c, world_size, 41));
+  const std::vector<RankInput> hooked = decode_inputs(c, world_size, 42);
+  std::vector<testing::RankOutcome> misuse(world_size), sync_after(world_size);
+  auto comms = make_single_gpu_world(world_size);
+  testing::run_world(comms, [&](int rank, const std::shared_ptr<Communicator>& comm) {
+    auto op = testing::kept_op(comm, c);
+    TestStream stream;
+    gpu_low_latency_round(*op, rank, first, stream.s);
+    testing::DeviceInput input(hooked[rank], 0);
+    LowLatencyDispatchArgs args(input.view, /*hook=*/true);
+    args.stream = stream.s;
+    if (rank == 0) {
+      const LowLatencyDispatchResult d = op->low_latency_dispatch(args);
+      EXPECT_TRUE(d.recv_pending);
+      // Made before rank 1's rejection reaches this device: the call's first check finds no
+      // error, and it waits in its own step for rank 1's next call.
+      misuse[rank] = testing::outcome_of([&] { op->low_latency_dispatch(args); });
+      // Still pending after that call: the receive is accepted and launched.
+      op->low_latency_dispatch_recv(d.handle, stream.s);
+      sync_after[rank] = testing::outcome_of([&] { op->synchronize(stream.s); });
+    } else {
+      // Late, so that rank 0's second call has passed its first check (above) by now.
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      LowLatencyDispatchArgs bad = args;
+      bad.x.shape[1] = c.hidden / 2;  // rejected by this rank's host checks
+      misuse[rank] = testing::outcome_of([&] { op->low_latency_dispatch(bad); });
+      // Pairs with rank 0's second call, which rank 0 rejected: raised at the synchronize.
+      LowLatencyDispatchArgs plain(input.view, /*hook=*/false);
+      plain.stream = stream.s;
+      op->low_latency_dispatch(plain);
+      sync_after[rank] = testing::outcome_of([&] { op->synchronize(stream.s); });
+    }
+    gpu_low_latency_round(*op, rank, last, stream.s);
+  });
+  testing::check_low_latency_round(c, world_size, first, 1);
+  EXPECT_TRUE(misuse[0].threw) << "rank 0's call with a receive pending raised nothing";
+  EXPECT_TRUE(misuse[1].threw) << "rank 1's rejected send part raised nothing";
+  ASSERT_TRUE(sync_after[0].threw)
+      << "rank 0's receive of a send part that never ran raised nothing (earlier rows, no error)";
+  EXPECT_EQ(sync_after[0].code, ErrorCode::kInvalidUsage) << sync_after[0].message;
+  EXPECT_NE(sync_after[0].message.find("had no send part to complete"), std::string::npos)
+      << sync_after[0].message;
+  EXPECT_TRUE(sync_after[1].threw) << "rank 1's dispatch paired with rank 0's rejected call "
+                                      "raised nothing";
+  // The failed calls counted on neither host nor device: the clean round is call 2 everywhere.
+  testing::check_low_latency_round(c, world_size, last, 2);
 }
 
 TEST(GpuLowLatencyHooksGraph, CapturedTwoMicroBatchRoundReplaysWithNewInputs) {

@@ -20,6 +20,9 @@ enum DeviceErrorCode : int32_t {
   kDevNonfiniteX = 4,  // validation: token, column
   kDevNonfiniteW = 5,  // validation: token, column
   kDevStepFailed = 6,  // the step's agreement failed (see StepOutcome); no data moved
+  // A deferred receive (overlap hooks) whose send part did not run on the device: expected is
+  // the send part's decode step, seen the step of the latest call of that kind that ran.
+  kDevReceiveWithoutSend = 7,
 };
 
 enum DevicePhase : int32_t {

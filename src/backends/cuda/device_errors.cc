@@ -41,6 +41,15 @@ std::string CudaOp::describe_record(const DeviceError& e) const {
     case kDevNonfiniteW:
       return detail::concat("topk_weights[", e.token, "][", e.column, "] is not finite ",
                             "(validation mode, MOE_EP_VALIDATE=1)");
+    case kDevReceiveWithoutSend:
+      return detail::concat(
+          "the receive part (",
+          e.phase == kPhaseCombineWait ? "low_latency_combine_recv" : "low_latency_dispatch_recv",
+          ") on rank ", e.rank, " had no send part to complete: its send part's decode step ",
+          e.expected,
+          " did not run on the device (a peer rejected that call or the ranks were "
+          "out of step; the latest call of its kind that ran took step ",
+          e.seen, "), so nothing was received and the outputs are not this call's");
   }
   return detail::concat("kernel reported error code ", e.code);
 }
@@ -61,7 +70,7 @@ void CudaOp::raise_device_error(const char* call, const StepVerdict* mine) {
   const bool known = e.code == kDevOk || e.code == kDevStepFailed || e.code == kDevBadExpert ||
                      e.code == kDevDupExpert || e.code == kDevNonfiniteX ||
                      e.code == kDevNonfiniteW;
-  if (!known) {
+  if (!known && e.code != kDevReceiveWithoutSend) {
     poison_and_throw(
         Internal(detail::concat("kernel reported unknown error code ", e.code, where)));
   }
@@ -80,6 +89,17 @@ void CudaOp::raise_device_error(const char* call, const StepVerdict* mine) {
   // An outcome is raised once, then cleared: it belongs to the call that set the error flag
   // (normal and decode steps are numbered apart, so its step number cannot tell which).
   std::memset(static_cast<void*>(&host_.host()->step), 0, sizeof(StepOutcome));
+  if (e.code == kDevReceiveWithoutSend) {
+    // Not a step's verdict: a receive part found that its send part never ran (its failure was
+    // raised by a call made while the receive was pending), so it moved nothing. Raised at the
+    // start of the next call (or synchronize), before that call launches anything; the op
+    // stays usable.
+    // A dispatch's send part that never ran never became the latest dispatch (the device did
+    // not count it), as when its failure is raised with no other call in between.
+    if (e.phase == kPhaseDispatchWait) latest_low_latency_ = previous_low_latency_;
+    pending_.reset();
+    throw InvalidUsage(describe_record(e) + where);
+  }
   const StepVerdict verdict = mine != nullptr ? *mine : last_verdict_;
   const bool step_failed = outcome.status != kStepOk;
   if (step_failed && verdict.kind == CallKind::kCombine) combined_ = false;

@@ -147,6 +147,11 @@ struct LowLatencyState {
   // reads its call's step from here and from dispatch_step, not from `step`: a call rejected
   // while the receive is pending still takes a step on every rank.
   uint64_t combine_step;
+  // The step of the latest send part made with a hook (return_recv_hook) that this rank's host
+  // accepted, whether or not it ran. Its receive part checks that this step is the one that ran
+  // (dispatch_step or combine_step): if the send part's step failed and the failure was raised
+  // by another call, the pending receive would otherwise take an earlier call's rows.
+  uint64_t hooked_step;
 };
 
 // What one launch of the decode combine kernel does: all of it, or, with overlap hooks, the
@@ -165,6 +170,8 @@ struct LowLatencyParams {
   // the decode step
   int kind;                     // CallKind::kLowLatencyDispatch or kLowLatencyCombine
   bool host_rejected;           // this rank's host checks rejected the call
+  bool hooked_send;             // the step of a send part made with a hook (sets hooked_step)
+  bool deferred_receive;        // a receive part: checks hooked_step first
   const StepReason* my_reason;  // mapped host memory
   StepOutcome* outcome;         // mapped host memory
   // dispatch

@@ -72,8 +72,27 @@ __global__ void ll_step_kernel(LowLatencyParams p) {
       state->dispatch_step = step;  // the expand and the combine find this dispatch's rows by it
     }
     if (ran && !dispatch) state->combine_step = step;  // the tag of this combine's rows
+    if (p.hooked_send) state->hooked_step = step;
   }
   settle_step_votes(info, p.peers, p.layout, step, peer_info, p.outcome, p.err, votes);
+}
+
+// A receive part (overlap hooks) takes the rows of the latest call of its kind that ran (step
+// `ran`). That call is its send part unless the send part's step failed: then this rank's host
+// may not know yet (the failure is raised by whichever call looks first, and a call made while
+// the receive was pending can raise it without dropping the receive). So the receive checks
+// that its send part ran, and otherwise reports an error and moves nothing. Every thread of
+// every block reads the same two words, written by earlier kernels on the op's order.
+__device__ inline bool ll_receive_has_its_send(const LowLatencyParams& p, uint64_t ran,
+                                               int32_t phase) {
+  if (!p.deferred_receive) return true;
+  const uint64_t sent = p.state->hooked_step;
+  if (sent == ran) return true;
+  if (threadIdx.x == 0) {
+    report_error(p.err, kDevReceiveWithoutSend, phase, p.info.rank, -1, static_cast<int64_t>(sent),
+                 static_cast<int64_t>(ran), -1, -1, 0);
+  }
+  return false;
 }
 
 // The destinations of token t: bit d set when one of its unmasked slots names an expert of d.
@@ -230,6 +249,7 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
   // The step of the dispatch being received; with overlap hooks, calls rejected since its send
   // part have taken later steps.
   const uint64_t step = p.state->dispatch_step;
+  if (!ll_receive_has_its_send(p, step, kPhaseDispatchWait)) return;
   if (!ll_wait_sources(p, step, tokens)) return;
   const char* self = p.peers.base[info.rank];
   const int k_slots = info.topk;
@@ -400,6 +420,7 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
   const RankInfo& info = p.info;
   // This combine's step (combine_step, as the expand's dispatch_step) tags its slices' flags.
   const uint64_t tag = kDecodeTag | p.state->combine_step;
+  if (!ll_receive_has_its_send(p, p.state->combine_step, kPhaseCombineWait)) return;
   const char* self = p.peers.base[info.rank];
   const int hidden = info.hidden;
   const int k_slots = info.topk;

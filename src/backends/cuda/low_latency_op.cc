@@ -97,6 +97,7 @@ LowLatencyDispatchResult CudaOp::low_latency_dispatch(const LowLatencyDispatchAr
       write_my_reason(verdict.error);
     }
     LowLatencyParams p = ll_params(CallKind::kLowLatencyDispatch, !accepted);
+    p.hooked_send = accepted && args.return_recv_hook;  // its receive part checks this step
     MOE_EP_CUDA_CHECK(launch_ll_step(p, stream));
     last_kind_ = CallKind::kLowLatencyDispatch;
     last_verdict_ = verdict;
@@ -145,10 +146,11 @@ void CudaOp::low_latency_dispatch_recv(const LowLatencyHandle& handle, void* str
     if (have_call_ && !in_graph)
       MOE_EP_CUDA_CHECK(cudaStreamWaitEvent(stream, call_done_.get(), 0));
     // The expand of the send part's dispatch: it waits for every source's done word of that
-    // dispatch's step (LowLatencyState::dispatch_step) and fills the slabs.
-    MOE_EP_CUDA_CHECK(launch_ll_expand(config_.dispatch_dtype,
-                                       ll_params(CallKind::kLowLatencyDispatch, false),
-                                       data_blocks_, stream));
+    // dispatch's step (LowLatencyState::dispatch_step) and fills the slabs, after checking that
+    // the send part ran (LowLatencyState::hooked_step; else it reports and moves nothing).
+    LowLatencyParams p = ll_params(CallKind::kLowLatencyDispatch, false);
+    p.deferred_receive = true;
+    MOE_EP_CUDA_CHECK(launch_ll_expand(config_.dispatch_dtype, p, data_blocks_, stream));
     if (!in_graph) end_call(stream);
   } catch (const CudaError& e) {
     poison_and_throw(e);
@@ -179,6 +181,7 @@ void CudaOp::low_latency_combine(const TensorView& y, const LowLatencyHandle& ha
       write_my_reason(verdict.error);
     }
     LowLatencyParams p = ll_params(CallKind::kLowLatencyCombine, !accepted);
+    p.hooked_send = accepted && return_recv_hook;  // its receive part checks this step
     MOE_EP_CUDA_CHECK(launch_ll_step(p, stream));
     last_kind_ = CallKind::kLowLatencyCombine;
     last_verdict_ = verdict;
@@ -218,6 +221,7 @@ void CudaOp::low_latency_combine_recv(const LowLatencyHandle& handle, void* stre
     LowLatencyParams p = ll_params(CallKind::kLowLatencyCombine, false);
     p.out = pending.out.ptr<uint16_t>();
     p.combine_phase = kLlCombineReceive;
+    p.deferred_receive = true;  // checks that the send part ran, as the dispatch's expand
     MOE_EP_CUDA_CHECK(launch_ll_combine(config_.combine_dtype, p, data_blocks_, stream));
     if (!in_graph) end_call(stream);
   } catch (const CudaError& e) {
