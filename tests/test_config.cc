@@ -171,7 +171,7 @@ TEST_F(ConfigKnobs, RegistryDocumentsWhatTheParsersAccept) {
       EXPECT_STREQ(knob.type, "bool");
       EXPECT_STREQ(knob.default_value, "0");
       EXPECT_TRUE(contains(help, "copy engines")) << help;
-      EXPECT_TRUE(contains(help, "OpConfig::copy_engine")) << help;
+      EXPECT_TRUE(contains(help, "No backend has a copy-engine path yet")) << help;
     }
   }
 }
@@ -328,10 +328,16 @@ TEST_F(ConfigKnobs, NumSmsParsesNonNegativeIntegers) {
   }
 }
 
-TEST_F(ConfigKnobs, CopyEngineIsABoolDefaultingToOff) {
+TEST_F(ConfigKnobs, CopyEngineIsABoolDefaultingToOffAndSaysItChangesNothing) {
   EXPECT_FALSE(Knobs::from({}).copy_engine);
-  EXPECT_TRUE(Knobs::from({{"MOE_EP_COPY_ENGINE", "1"}}).copy_engine);
   EXPECT_FALSE(Knobs::from({{"MOE_EP_COPY_ENGINE", "off"}}).copy_engine);
+  EXPECT_EQ(count_matching(logged_since_start(), {"MOE_EP_COPY_ENGINE"}), 0);
+  // No backend has a copy-engine path: asking for one is a warning, never silently ignored.
+  EXPECT_TRUE(Knobs::from({{"MOE_EP_COPY_ENGINE", "yes"}}).copy_engine);
+  EXPECT_EQ(count_matching(logged_since_start(), {"MOE_EP_COPY_ENGINE=yes changes nothing",
+                                                  "no backend has a "
+                                                  "copy-engine path yet"}),
+            1);
 }
 
 TEST_F(ConfigKnobs, SetVariablesRecordsEveryMoeEpVariableAsGiven) {

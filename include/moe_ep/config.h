@@ -45,7 +45,7 @@ struct Knobs {
   double timeout_s = 100.0;              // MOE_EP_TIMEOUT_S
   LogLevel log_level = LogLevel::kWarn;  // MOE_EP_LOG
   int num_sms = 0;                       // MOE_EP_NUM_SMS, 0 = library default
-  bool copy_engine = false;              // MOE_EP_COPY_ENGINE
+  bool copy_engine = false;              // MOE_EP_COPY_ENGINE (reserved: no effect yet)
   EnvMap set_variables;                  // every MOE_EP_* variable that was present, as given
 
   static const Knobs& get();
