@@ -400,14 +400,15 @@ TEST(GpuLowLatencyHooks, ReceiveWhoseSendPartFailedReportsAnErrorNotEarlierRows)
   // both and nothing moves. Rank 0 then makes another call while the receive is pending; that
   // call raises the send part's failure, which leaves the receive pending. The receive must not
   // hand out the previous dispatch's rows without an error: its expand finds that its send part
-  // never ran and reports it, raised by rank 0's next call. Then a clean round on both ranks.
+  // never ran and reports it, and rank 0's next call (a dispatch) rejects with it on every rank.
+  // Then a clean round on both ranks.
   if (!testing::have_gpu()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
   const int world_size = 2;
   const OpConfig c = decode_config(world_size, {DispatchDtype::fp8, CombineDtype::bf16});
   LowLatencyRound first(world_size, decode_inputs(c, world_size, 40));
   LowLatencyRound last(world_size, decode_inputs(c, world_size, 41));
   const std::vector<RankInput> hooked = decode_inputs(c, world_size, 42);
-  std::vector<testing::RankOutcome> misuse(world_size), sync_after(world_size);
+  std::vector<testing::RankOutcome> misuse(world_size), after(world_size);
   auto comms = make_single_gpu_world(world_size);
   testing::run_world(comms, [&](int rank, const std::shared_ptr<Communicator>& comm) {
     auto op = testing::kept_op(comm, c);
@@ -416,6 +417,8 @@ TEST(GpuLowLatencyHooks, ReceiveWhoseSendPartFailedReportsAnErrorNotEarlierRows)
     testing::DeviceInput input(hooked[rank], 0);
     LowLatencyDispatchArgs args(input.view, /*hook=*/true);
     args.stream = stream.s;
+    LowLatencyDispatchArgs plain(input.view, /*hook=*/false);
+    plain.stream = stream.s;
     if (rank == 0) {
       const LowLatencyDispatchResult d = op->low_latency_dispatch(args);
       EXPECT_TRUE(d.recv_pending);
@@ -424,31 +427,43 @@ TEST(GpuLowLatencyHooks, ReceiveWhoseSendPartFailedReportsAnErrorNotEarlierRows)
       misuse[rank] = testing::outcome_of([&] { op->low_latency_dispatch(args); });
       // Still pending after that call: the receive is accepted and launched.
       op->low_latency_dispatch_recv(d.handle, stream.s);
-      sync_after[rank] = testing::outcome_of([&] { op->synchronize(stream.s); });
+      // The receive's report makes this rank reject its next call, on every rank.
+      after[rank] = testing::outcome_of([&] {
+        op->low_latency_dispatch(plain);
+        op->synchronize(stream.s);
+      });
     } else {
       // Late, so that rank 0's second call has passed its first check (above) by now.
       std::this_thread::sleep_for(std::chrono::milliseconds(500));
       LowLatencyDispatchArgs bad = args;
       bad.x.shape[1] = c.hidden / 2;  // rejected by this rank's host checks
       misuse[rank] = testing::outcome_of([&] { op->low_latency_dispatch(bad); });
-      // Pairs with rank 0's second call, which rank 0 rejected: raised at the synchronize.
-      LowLatencyDispatchArgs plain(input.view, /*hook=*/false);
-      plain.stream = stream.s;
-      op->low_latency_dispatch(plain);
-      sync_after[rank] = testing::outcome_of([&] { op->synchronize(stream.s); });
+      // Pairs with rank 0's second call, which rank 0 rejected (raised at the synchronize).
+      const testing::RankOutcome paired = testing::outcome_of([&] {
+        op->low_latency_dispatch(plain);
+        op->synchronize(stream.s);
+      });
+      EXPECT_TRUE(paired.threw) << "rank 1's dispatch paired with rank 0's rejected call";
+      // Pairs with rank 0's dispatch after the receive.
+      after[rank] = testing::outcome_of([&] {
+        op->low_latency_dispatch(plain);
+        op->synchronize(stream.s);
+      });
     }
     gpu_low_latency_round(*op, rank, last, stream.s);
   });
   testing::check_low_latency_round(c, world_size, first, 1);
   EXPECT_TRUE(misuse[0].threw) << "rank 0's call with a receive pending raised nothing";
   EXPECT_TRUE(misuse[1].threw) << "rank 1's rejected send part raised nothing";
-  ASSERT_TRUE(sync_after[0].threw)
-      << "rank 0's receive of a send part that never ran raised nothing (earlier rows, no error)";
-  EXPECT_EQ(sync_after[0].code, ErrorCode::kInvalidUsage) << sync_after[0].message;
-  EXPECT_NE(sync_after[0].message.find("had no send part to complete"), std::string::npos)
-      << sync_after[0].message;
-  EXPECT_TRUE(sync_after[1].threw) << "rank 1's dispatch paired with rank 0's rejected call "
-                                      "raised nothing";
+  for (int r = 0; r < world_size; ++r) {
+    SCOPED_TRACE("the call after rank 0's receive, on rank " + std::to_string(r));
+    ASSERT_TRUE(after[r].threw) << "a receive of a send part that never ran raised nothing "
+                                   "(earlier rows, no error)";
+    EXPECT_NE(after[r].message.find("had no send part to complete"), std::string::npos)
+        << after[r].message;
+  }
+  EXPECT_EQ(after[0].code, ErrorCode::kInvalidUsage) << after[0].message;
+  EXPECT_NE(after[1].message.find("rank 0 rejected"), std::string::npos) << after[1].message;
   // The failed calls counted on neither host nor device: the clean round is call 2 everywhere.
   testing::check_low_latency_round(c, world_size, last, 2);
 }

@@ -161,11 +161,12 @@ DispatchResult CudaOp::dispatch(const DispatchArgs& args) {
   CallScope scope(*this, CallKind::kDispatch);
   check_usable();
   DeviceGuard guard(device_);
-  raise_device_error("dispatch");  // an error left by an earlier asynchronous combine
+  raise_device_error("dispatch", nullptr, /*before_step=*/true);  // an earlier call's error
   StepVerdict verdict = next_step(CallKind::kDispatch);
   bool prequantized = false;
   int64_t num_tokens = 0;
   collect_rejection(verdict, [&] {
+    take_receive_error();
     check_nothing_pending();
     num_tokens = check_dispatch_args(config_, args, {DeviceType::kCuda, device_}, &prequantized);
     const std::vector<MemoryRange> owned = owned_memory();
@@ -253,9 +254,10 @@ void CudaOp::combine(const Handle& handle, const TensorView& y, const TensorView
   CallScope scope(*this, CallKind::kCombine);
   check_usable();
   DeviceGuard guard(device_);
-  raise_device_error("combine");
+  raise_device_error("combine", nullptr, /*before_step=*/true);
   StepVerdict verdict = next_step(CallKind::kCombine);
   collect_rejection(verdict, [&] {
+    take_receive_error();
     check_nothing_pending();
     check_combine_args(config_, latest_, handle, y, out, {DeviceType::kCuda, device_});
     MOE_EP_CHECK_ARG(!combined_, "handle of dispatch call ", handle.call_seq,
@@ -295,10 +297,11 @@ void CudaOp::reject(CallKind kind, const std::string& reason, void* stream_arg) 
   CallScope scope(*this, kind);
   check_usable();
   DeviceGuard guard(device_);
-  raise_device_error(to_string(kind));
+  raise_device_error(to_string(kind), nullptr, /*before_step=*/true);
   StepVerdict verdict = next_step(kind);
   verdict.error = reason.empty() ? std::string("rejected by the caller") : reason;
   try {
+    take_receive_error();
     check_nothing_pending();
   } catch (const InvalidUsage& e) {
     verdict.error += detail::concat("; also, ", e.what());

@@ -76,11 +76,19 @@ class CudaOp final : public OpBase {
   // (InvalidArgument; the op stays usable), or a timeout (poisons). `mine` is this rank's
   // verdict of that call, when it is the current one. An earlier call raised here did not run:
   // a low-latency dispatch's handle is no longer the latest, and a receive it left pending
-  // (overlap hooks) is dropped.
-  void raise_device_error(const char* call, const StepVerdict* mine = nullptr);
+  // (overlap hooks) is dropped. A receive part that found its send part had not run is raised
+  // here too, unless `before_step`: a call about to take a step keeps it for its verdict
+  // (take_receive_error), so that every rank learns it through the step.
+  void raise_device_error(const char* call, const StepVerdict* mine = nullptr,
+                          bool before_step = false);
+  // Inside a collect_rejection: throws the kept receive error (InvalidUsage), once.
+  void take_receive_error();
   std::string describe_record(const DeviceError& e) const;
   std::vector<MemoryRange> owned_memory() const;
 
+  // A receive part's report that its send part never ran, kept by raise_device_error for the
+  // verdict of the next call with a step (empty when none).
+  std::string receive_error_;
   std::shared_ptr<CudaComm> comm_;
   const int device_;
   const int num_sms_;      // SM budget
@@ -104,6 +112,10 @@ class CudaOp final : public OpBase {
   // latest_low_latency_ before the latest low-latency dispatch queued, restored when a peer's
   // rejection of that dispatch is raised later (the device did not count it).
   LowLatencyHandle previous_low_latency_{};
+  // The handles of the latest accepted low-latency dispatches, newest last (at most 8): a
+  // receive part that finds its send part never ran reports the call number of the latest
+  // dispatch that did run, and raise_device_error makes that one the latest again.
+  std::vector<LowLatencyHandle> accepted_low_latency_;
   // Decode mode, allocated only with OpConfig::low_latency.
   DeviceArray<LowLatencyState> ll_state_;  // [1]
   DeviceArray<unsigned int> ll_tickets_;   // [5]

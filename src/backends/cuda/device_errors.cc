@@ -54,7 +54,7 @@ std::string CudaOp::describe_record(const DeviceError& e) const {
   return detail::concat("kernel reported error code ", e.code);
 }
 
-void CudaOp::raise_device_error(const char* call, const StepVerdict* mine) {
+void CudaOp::raise_device_error(const char* call, const StepVerdict* mine, bool before_step) {
   std::atomic_thread_fence(std::memory_order_acquire);
   DeviceError e;
   std::memcpy(&e, const_cast<const DeviceError*>(&host_.host()->error), sizeof(e));
@@ -94,11 +94,19 @@ void CudaOp::raise_device_error(const char* call, const StepVerdict* mine) {
     // raised by a call made while the receive was pending), so it moved nothing. Raised at the
     // start of the next call (or synchronize), before that call launches anything; the op
     // stays usable.
-    // A dispatch's send part that never ran never became the latest dispatch (the device did
-    // not count it), as when its failure is raised with no other call in between.
-    if (e.phase == kPhaseDispatchWait) latest_low_latency_ = previous_low_latency_;
+    // The device reports the call number of the latest dispatch that ran (`value`): neither the
+    // send part nor any call queued after the report (their steps saw the error flag) ran. That
+    // dispatch is the latest again; one no longer remembered leaves none (its combine is
+    // rejected as stale rather than paired with other rows).
+    LowLatencyHandle ran{};
+    for (const LowLatencyHandle& h : accepted_low_latency_) {
+      if (static_cast<int64_t>(h.call_seq) == e.value) ran = h;
+    }
+    latest_low_latency_ = previous_low_latency_ = ran;
     pending_.reset();
-    throw InvalidUsage(describe_record(e) + where);
+    receive_error_ = describe_record(e) + where;
+    if (!before_step) take_receive_error();
+    return;  // raised by this call's verdict, on every rank
   }
   const StepVerdict verdict = mine != nullptr ? *mine : last_verdict_;
   const bool step_failed = outcome.status != kStepOk;
@@ -138,6 +146,13 @@ void CudaOp::raise_device_error(const char* call, const StepVerdict* mine) {
     throw;
   }
   // Nothing left to raise: a stale report of an earlier step.
+}
+
+void CudaOp::take_receive_error() {
+  if (receive_error_.empty()) return;
+  const std::string message = std::move(receive_error_);
+  receive_error_.clear();
+  throw InvalidUsage(message);
 }
 
 }  // namespace moe_ep::cuda_backend

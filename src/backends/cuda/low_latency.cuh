@@ -89,8 +89,9 @@ __device__ inline bool ll_receive_has_its_send(const LowLatencyParams& p, uint64
   const uint64_t sent = p.state->hooked_step;
   if (sent == ran) return true;
   if (threadIdx.x == 0) {
+    // value: the call number of the latest dispatch that ran, which the host makes the latest.
     report_error(p.err, kDevReceiveWithoutSend, phase, p.info.rank, -1, static_cast<int64_t>(sent),
-                 static_cast<int64_t>(ran), -1, -1, 0);
+                 static_cast<int64_t>(ran), -1, -1, static_cast<int64_t>(p.state->dispatch_calls));
   }
   return false;
 }

@@ -67,11 +67,12 @@ LowLatencyDispatchResult CudaOp::low_latency_dispatch(const LowLatencyDispatchAr
   CallScope scope(*this, CallKind::kLowLatencyDispatch);
   check_usable();
   DeviceGuard guard(device_);
-  raise_device_error("low_latency_dispatch");
+  raise_device_error("low_latency_dispatch", nullptr, /*before_step=*/true);
   StepVerdict verdict = next_step(CallKind::kLowLatencyDispatch);
   bool prequantized = false;
   int64_t num_tokens = 0;
   collect_rejection(verdict, [&] {
+    take_receive_error();
     check_nothing_pending();
     check_low_latency_enabled(config_);
     num_tokens = check_dispatch_args(config_, args, {DeviceType::kCuda, device_}, &prequantized);
@@ -121,6 +122,8 @@ LowLatencyDispatchResult CudaOp::low_latency_dispatch(const LowLatencyDispatchAr
   if (!accepted) raise_device_error("low_latency_dispatch", &verdict);
   previous_low_latency_ = latest_low_latency_;
   latest_low_latency_ = LowLatencyHandle{uid_, verdict.call, num_tokens};
+  if (accepted_low_latency_.size() == 8) accepted_low_latency_.erase(accepted_low_latency_.begin());
+  accepted_low_latency_.push_back(latest_low_latency_);
   LowLatencyDispatchResult result = ll_result();
   if (args.return_recv_hook) {
     pending_ = PendingRecv{CallKind::kLowLatencyDispatch, latest_low_latency_, {}};
@@ -162,9 +165,10 @@ void CudaOp::low_latency_combine(const TensorView& y, const LowLatencyHandle& ha
   CallScope scope(*this, CallKind::kLowLatencyCombine);
   check_usable();
   DeviceGuard guard(device_);
-  raise_device_error("low_latency_combine");
+  raise_device_error("low_latency_combine", nullptr, /*before_step=*/true);
   StepVerdict verdict = next_step(CallKind::kLowLatencyCombine);
   collect_rejection(verdict, [&] {
+    take_receive_error();
     check_nothing_pending();
     check_low_latency_combine_args(config_, world_size_, latest_low_latency_, handle, y, out,
                                    {DeviceType::kCuda, device_});
