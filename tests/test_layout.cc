@@ -45,6 +45,8 @@ std::vector<Span> spans_of(const BufferLayout& l, bool low_latency) {
   if (low_latency) {
     spans.push_back({"ll steps", l.ll_step_offset(0, 0), l.ll_step_offset(1, w - 1) + 16});
     spans.push_back({"ll done", l.ll_done_offset(0), l.ll_done_offset(w - 1) + 8});
+    spans.push_back({"ll counts", l.ll_counts_offset(0, 0),
+                     l.ll_counts_offset(w - 1, l.local_experts - 1) + 4});
     spans.push_back({"ll flags", l.ll_flag_offset(0, 0), l.ll_flag_offset(w, 0)});
     spans.push_back({"ll stage", l.ll_stage_offset(0, 0), l.ll_stage_offset(w, 0)});
     spans.push_back({"ll meta", l.ll_meta_offset(0, 0), l.ll_meta_offset(w, 0)});
@@ -68,7 +70,7 @@ TEST(Layout, RegionsAreAlignedDisjointAndInside) {
                                               s.payload, s.scales, s.combine, s.low_latency);
     if (s.low_latency) {
       EXPECT_GE(l.stage_row_bytes, s.payload + s.scales);
-      EXPECT_GE(l.meta_bytes, 8 * s.topk);
+      EXPECT_GE(l.meta_bytes, 12 * s.topk);
     } else {
       EXPECT_EQ(l.offset[BufferLayout::kLlSteps], l.offset[BufferLayout::kEnd])
           << "decode regions take no memory without low_latency";

@@ -15,9 +15,12 @@
 //   decode mode only (OpConfig::low_latency; sized 0 otherwise):
 //   ll steps   [2 parities][W src] {info, tag}      the decode calls' own step words
 //   ll done    [W src] uint64                       {step << 32 | T_src}: src's rows landed
+//   ll counts  [W src][E/W] int32                   tokens of src naming local expert e
 //   ll flags   [W src][Tmax] uint64                 step << 1 | (token t of src comes here)
 //   ll stage   [W src][Tmax][payload + scale bytes] token t of src, once per destination rank
-//   ll meta    [W src][Tmax] {K local ids, K weights} of that token
+//   ll meta    [W src][Tmax] {K local ids, K weights, K ranks} of that token; the rank of
+//              slot k is the number of src's earlier tokens naming its expert (bit 31 set
+//              when an earlier slot of the token names the same expert)
 //   ll ready   [W src][Tmax][slices] uint64         combine: src's partial for token t, slice j
 //              has landed (decode tag | step); a slice is ll_slice_elems elements of the row
 #pragma once
@@ -49,6 +52,7 @@ struct BufferLayout {
     kCombineFlags,
     kLlSteps,
     kLlDone,
+    kLlCounts,
     kLlFlags,
     kLlStage,
     kLlMeta,
@@ -66,7 +70,7 @@ struct BufferLayout {
   int64_t dispatch_scale_bytes = 0;    // per row
   int64_t combine_row_bytes = 0;       // payload + scales, per row, a multiple of 16
   int64_t stage_row_bytes = 0;         // decode mode: dispatch payload + scales, multiple of 16
-  int64_t meta_bytes = 0;              // decode mode: K local ids + K weights, multiple of 16
+  int64_t meta_bytes = 0;              // decode mode: K ids, weights, ranks; multiple of 16
   int32_t ll_slices = 1;               // decode mode: combine slices per row
   int64_t offset[kNumRegions] = {};    // start of each region
 
@@ -84,7 +88,7 @@ struct BufferLayout {
     l.dispatch_scale_bytes = dispatch_scale_bytes;
     l.combine_row_bytes = (combine_payload_and_scale_bytes + 15) / 16 * 16;
     l.stage_row_bytes = (dispatch_payload_bytes + dispatch_scale_bytes + 15) / 16 * 16;
-    l.meta_bytes = (8 * static_cast<int64_t>(topk) + 15) / 16 * 16;
+    l.meta_bytes = (12 * static_cast<int64_t>(topk) + 15) / 16 * 16;
     l.ll_slices = ll_slices;
     const int64_t ll = low_latency ? 1 : 0;
     const int64_t w = world_size;
@@ -104,6 +108,7 @@ struct BufferLayout {
                                         8 * rows,                       // combine flags
                                         ll * 16 * 2 * w,                // ll steps
                                         ll * 8 * w,                     // ll done
+                                        ll * 4 * w * local_experts,     // ll counts
                                         ll * 8 * rows,                  // ll flags
                                         ll * rows * l.stage_row_bytes,  // ll stage
                                         ll * rows * l.meta_bytes,       // ll meta
@@ -172,6 +177,9 @@ struct BufferLayout {
     return offset[kLlSteps] + 16 * (static_cast<int64_t>(parity) * world_size + src);
   }
   MOE_EP_HD int64_t ll_done_offset(int src) const { return offset[kLlDone] + 8 * src; }
+  MOE_EP_HD int64_t ll_counts_offset(int src, int local_expert) const {
+    return offset[kLlCounts] + 4 * (static_cast<int64_t>(src) * local_experts + local_expert);
+  }
   MOE_EP_HD int64_t ll_flag_offset(int src, int64_t token) const {
     return offset[kLlFlags] + 8 * (static_cast<int64_t>(src) * max_tokens + token);
   }

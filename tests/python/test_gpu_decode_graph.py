@@ -104,6 +104,11 @@ def test_captured_round_replays_with_new_inputs(combine_dtype, run_ranks):
     expect = [expected(inputs, combine_dtype) for inputs in rounds]
     world = moe_ep.single_gpu_world(WORLD_SIZE, device=0, timeout_s=120)
     gate = threading.Barrier(WORLD_SIZE, timeout=THREAD_TIMEOUT_S)
+    # torch.cuda.graph synchronizes the whole device when it begins a capture, which CUDA
+    # refuses while another thread's stream is capturing ("operation not permitted when stream
+    # is capturing", seen once on an H200): the ranks capture one at a time, and upload nothing
+    # while another rank captures. Capturing runs nothing, so no rank waits for another there.
+    capture_lock = threading.Lock()
 
     def rank_fn(rank):
         torch.cuda.set_device(0)
@@ -129,10 +134,14 @@ def test_captured_round_replays_with_new_inputs(combine_dtype, run_ranks):
             out_s = torch.empty(TOKENS, HIDDEN, dtype=torch.bfloat16, device=dev)
             graph = torch.cuda.CUDAGraph()
             stream.wait_stream(torch.cuda.current_stream(dev))
-            with torch.cuda.graph(graph, stream=stream, capture_error_mode="thread_local"):
+            torch.cuda.synchronize(dev)  # this rank's uploads are done
+            gate.wait()  # every rank's uploads are done before any capture begins
+            with capture_lock, torch.cuda.graph(graph, stream=stream,
+                                                capture_error_mode="thread_local"):
                 recv, handle = op.low_latency_dispatch(x_s, idx_s, w_s)
                 y = (recv.recv_x.float() * factors[:, None, None]).to(torch.bfloat16)
                 op.low_latency_combine(y, handle, out=out_s)
+            gate.wait()  # every rank's capture has ended before any upload
             for i in range(1, REPLAYS + 1):
                 with torch.cuda.stream(stream):
                     for static, new in zip((x_s, idx_s, w_s), load(rounds[i])):

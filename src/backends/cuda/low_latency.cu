@@ -1,5 +1,4 @@
 // Instantiations and launchers of the decode-mode kernels (low_latency.cuh), one per wire format.
-#include <algorithm>
 
 #include "backends/cuda/low_latency.cuh"
 
@@ -27,9 +26,14 @@ cudaError_t launch_ll_expand(DispatchDtype dtype, const LowLatencyParams& p, int
                              cudaStream_t stream) {
   return formats::visit_format(dtype, [&](auto format) {
     using F = decltype(format);
-    // One block per local expert at most; fewer take several experts each.
-    const int expand_blocks = std::clamp(p.info.experts_per_rank, 1, num_blocks);
-    ll_expand_kernel<F><<<expand_blocks, Policy::kDataThreads, 0, stream>>>(p);
+    // No more blocks than the most work items a call can have: the blocks wait for the peers'
+    // rows, and idle waiting blocks would only hold SMs (other ranks' sends among them, when
+    // ranks share a GPU).
+    const int64_t warps_per_block = Policy::kDataThreads / 32;
+    const int64_t needed =
+        (LlExpandItems::of(p).most_items(p) + warps_per_block - 1) / warps_per_block;
+    const int blocks = static_cast<int>(needed < num_blocks ? needed : num_blocks);
+    ll_expand_kernel<F><<<blocks, Policy::kDataThreads, 0, stream>>>(p);
     return cudaGetLastError();
   });
 }

@@ -6,16 +6,19 @@
 // the call read the step from there.
 //   ll_send:    a warp per (token, 1024-element slice); the token's destination ranks come from
 //               its expert ids; the row is encoded once and stored into every destination's
-//               stage row [this rank][token], with the token's local expert ids and weights for
-//               that destination; every destination also gets the token's flag word (step, comes
-//               here or not). The last block releases {step, T} in every destination's done word.
-//   ll_expand:  blocks take local experts by ticket. Once every source's done word is in, the
-//               block scans the sources' tokens in canonical order (source rank, then token),
-//               picks those naming its expert (the first slot naming it), gives them consecutive
-//               slab rows by a block scan, writes counts and sources, and copies the stage rows
-//               into the slab in parts of rows spread over all the block's warps, each lane's
-//               loads in flight together. slot_rows[s][t][k] records the slab row of each local
-//               slot.
+//               stage row [this rank][token], with the token's local expert ids, weights and
+//               slot ranks (how many earlier tokens of this rank name the slot's expert) for
+//               that destination; every destination also gets the token's flag word (step,
+//               comes here or not). The last block stores this rank's per-expert token counts
+//               into every destination's counts row, then releases {step, T} in its done word.
+//   ll_expand:  once every source's done word is in, every warp of the grid takes work items,
+//               none waiting for another: (token of a source, part of its row) copies the part
+//               from the stage row into the slab row of every local expert the token names,
+//               that row being the sum of the earlier sources' counts of the expert plus the
+//               slot's rank (canonical order, source rank then token, with no scan here); the
+//               first part's item also records slot_rows[s][t][k] (the slab row of each local
+//               slot) and the row's sources; (expert, chunk of rows) items write counts and -1
+//               sources past them.
 //   ll_combine: warps take tickets for slices of rows (kDispatchSliceElems elements), so one
 //               token spreads over several warps: items [0, W*Tmax*slices) are (source, token,
 //               slice) candidates, sends for those that came here: p = bf16(sum over the
@@ -32,8 +35,6 @@
 // combine_step, which only a call that ran sets, so a call rejected in between (it takes a step
 // on every rank) leaves the deferred part its own step.
 #pragma once
-
-#include <cub/block/block_scan.cuh>
 
 #include "backends/cuda/combine.cuh"
 #include "backends/cuda/data_common.cuh"
@@ -109,6 +110,95 @@ __device__ __forceinline__ uint64_t token_destinations(const int32_t* slots, con
   return static_cast<uint64_t>(hi) << 32 | lo;
 }
 
+// The rank of each slot of token t among this rank's tokens naming the same expert (how many
+// earlier tokens name it), stored in the slot's meta word at its destination, with bit 31 set
+// when an earlier slot of the token names the same expert; each expert a token names once adds
+// one to this rank's count of it (send_counts). The destination places the token's row of
+// expert e at the sum of the earlier sources' counts of e plus this rank: canonical order
+// (source, then token) without a scan on the receiving side. Every lane of the warp calls it.
+__device__ __forceinline__ void ll_send_slot_ranks(const LowLatencyParams& p, int64_t t,
+                                                   const int32_t* slots, int lane) {
+  const RankInfo& info = p.info;
+  const int k_slots = info.topk;
+  // Lane l holds slots l and 32 + l (topk <= 64); a slot names a valid expert or counts nothing.
+  int32_t mine[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int k = h * 32 + lane;
+    const int32_t e = k < k_slots ? slots[k] : -1;
+    mine[h] = e >= 0 && e < info.num_experts ? e : -1;
+  }
+  // Earlier tokens 32 at a time, one per lane: each lane reads its token's ids once, in groups of
+  // kGroup loads in flight, and sets bit k of `names` when one of them is slot k's expert; a
+  // ballot per slot counts the chunk's tokens naming it (each token once).
+  constexpr int kGroup = 8;
+  int rank[2] = {0, 0};
+  for (int64_t base = 0; base < t; base += 32) {
+    const int64_t u = base + lane;
+    uint64_t names = 0;
+    for (int j0 = 0; j0 < k_slots; j0 += kGroup) {
+      int32_t id[kGroup];
+#pragma unroll
+      for (int i = 0; i < kGroup; ++i) {
+        id[i] = u < t && j0 + i < k_slots ? p.topk_idx[u * k_slots + j0 + i] : -1;
+      }
+      for (int k = 0; k < k_slots; ++k) {
+        const int32_t e = __shfl_sync(0xffffffffu, k < 32 ? mine[0] : mine[1], k & 31);
+        bool hit = false;
+#pragma unroll
+        for (int i = 0; i < kGroup; ++i) hit = hit || id[i] == e;
+        if (hit && e >= 0) names |= 1ull << k;
+      }
+    }
+    for (int k = 0; k < k_slots; ++k) {
+      const int n = __popc(__ballot_sync(0xffffffffu, (names >> k) & 1));
+      if (k == lane) rank[0] += n;
+      if (k == lane + 32) rank[1] += n;
+    }
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int k = h * 32 + lane;
+    const int32_t e = mine[h];
+    if (k >= k_slots || e < 0) continue;
+    bool first = true;
+    for (int j = 0; j < k; ++j) first = first && slots[j] != e;
+    const int d = e / info.experts_per_rank;
+    char* meta = p.peers.base[d] + p.layout.ll_meta_offset(info.rank, t);
+    reinterpret_cast<int32_t*>(meta)[2 * k_slots + k] =
+        first ? rank[h] : static_cast<int32_t>(static_cast<uint32_t>(rank[h]) | 0x80000000u);
+    if (first) atomicAdd(p.send_counts + e, 1);
+  }
+}
+
+// The end of a send: every thread fences its stores, the block counts itself in, and the last
+// block of the grid stores this rank's per-expert token counts into every destination's counts
+// row (resetting them for the next call), fences, and release-stores `done` in every
+// destination's done word. A destination that sees the done word sees the counts and the rows.
+__device__ inline void ll_publish_when_grid_done(const LowLatencyParams& p, uint64_t done) {
+  const RankInfo& info = p.info;
+  __threadfence_system();
+  __syncthreads();
+  __shared__ bool is_last;
+  if (threadIdx.x == 0) is_last = atomicAdd(p.tickets + 4, 1u) == gridDim.x - 1;
+  __syncthreads();
+  if (!is_last) return;
+  __threadfence();
+  for (int e = threadIdx.x; e < info.num_experts; e += blockDim.x) {
+    const int d = e / info.experts_per_rank;
+    const int32_t n = atomicExch(p.send_counts + e, 0);
+    *reinterpret_cast<int32_t*>(
+        p.peers.base[d] + p.layout.ll_counts_offset(info.rank, e - d * info.experts_per_rank)) = n;
+  }
+  __threadfence_system();
+  __syncthreads();
+  for (int d = threadIdx.x; d < info.world_size; d += blockDim.x) {
+    st_release_sys(
+        reinterpret_cast<uint64_t*>(p.peers.base[d] + p.layout.ll_done_offset(info.rank)), done);
+  }
+  if (threadIdx.x == 0) p.tickets[4] = 0;
+}
+
 template <typename F, bool kPrequantized>
 __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm)
     ll_send_kernel(LowLatencyParams p) {
@@ -122,12 +212,15 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
       kPrequantized ? 1
                     : (info.hidden + Policy::kDispatchSliceElems - 1) / Policy::kDispatchSliceElems;
   const int64_t payload_bytes = p.layout.dispatch_payload_bytes;
-  for (int64_t item = c.warp; item < p.num_tokens * slices; item += c.num_warps) {
-    const int64_t t = item / slices;
-    const int64_t slice = item - t * slices;
-    const int32_t* slots = p.topk_idx + t * info.topk;
-    const uint64_t mask = token_destinations(slots, info, c.lane);
-    if (slice == 0) {
+  // Items [0, T): a token's flags and metadata (ids, weights, slot ranks) for its destinations;
+  // then [T, T + T * slices): (token, slice) rows. The metadata items come first, so their
+  // longer work (the slot ranks) starts with the first warps.
+  const int64_t tokens = p.num_tokens;
+  for (int64_t item = c.warp; item < tokens + tokens * slices; item += c.num_warps) {
+    if (item < tokens) {
+      const int64_t t = item;
+      const int32_t* slots = p.topk_idx + t * info.topk;
+      const uint64_t mask = token_destinations(slots, info, c.lane);
       if (c.lane == 0) p.token_mask[t] = mask;
       for (int d = c.lane; d < info.world_size; d += 32) {
         const bool here = (mask >> d) & 1;
@@ -145,7 +238,13 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
           reinterpret_cast<float*>(meta)[info.topk + k] = p.topk_weights[t * info.topk + k];
         }
       }
+      ll_send_slot_ranks(p, t, slots, c.lane);
+      continue;
     }
+    const int64_t t = (item - tokens) / slices;
+    const int64_t slice = (item - tokens) - t * slices;
+    const int32_t* slots = p.topk_idx + t * info.topk;
+    const uint64_t mask = token_destinations(slots, info, c.lane);
     if constexpr (kPrequantized) {
       const auto* src =
           reinterpret_cast<const uint4*>(static_cast<const char*>(p.x) + t * payload_bytes);
@@ -184,8 +283,7 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
       }
     }
   }
-  signal_when_grid_done(p.tickets + 4, p.peers.base, info.world_size,
-                        p.layout.ll_done_offset(info.rank), step << 32 | p.num_tokens);
+  ll_publish_when_grid_done(p, step << 32 | p.num_tokens);
 }
 
 // Waits (bounded) for every source's done word of this step; returns false when a wait gave up.
@@ -216,21 +314,24 @@ __device__ __forceinline__ bool ll_wait_sources(const LowLatencyParams& p, uint6
 inline constexpr int kLlCopyUnroll = 4;
 inline constexpr int kLlCopyPart = 32 * kLlCopyUnroll;
 
-// Copies units [part * kLlCopyPart, + kLlCopyPart) of a row of `units` units; every lane of the
-// warp calls it. Each lane issues all its loads before its first store, so they are in flight
-// together: a store right after each load would cost a round trip to L2 per unit, since the
-// next load cannot move above a store the compiler cannot tell apart from the stage row. The
-// stage rows were written by peers: L2-only loads, so no stale L1 line serves them.
+// Loads part `part` of a row of `units` units into v (each lane kLlCopyUnroll units, all in
+// flight together; units past the row are left as they are). The stage rows were written by
+// peers: L2-only loads, so no stale L1 line serves them.
 template <typename U>
-__device__ __forceinline__ void ll_copy_part(const U* src, U* dst, int64_t units, int64_t part,
-                                             int lane) {
+__device__ __forceinline__ void ll_load_part(const U* src, int64_t units, int64_t part, int lane,
+                                             U (&v)[kLlCopyUnroll]) {
   const int64_t first = part * kLlCopyPart + lane;
-  U v[kLlCopyUnroll];
 #pragma unroll
   for (int u = 0; u < kLlCopyUnroll; ++u) {
     const int64_t i = first + u * 32;
     if (i < units) v[u] = __ldcg(src + i);
   }
+}
+
+template <typename U>
+__device__ __forceinline__ void ll_store_part(U* dst, int64_t units, int64_t part, int lane,
+                                              const U (&v)[kLlCopyUnroll]) {
+  const int64_t first = part * kLlCopyPart + lane;
 #pragma unroll
   for (int u = 0; u < kLlCopyUnroll; ++u) {
     const int64_t i = first + u * 32;
@@ -238,13 +339,108 @@ __device__ __forceinline__ void ll_copy_part(const U* src, U* dst, int64_t units
   }
 }
 
+// One expand work item: part `part` (units of U) of token t of source s, copied from its stage
+// row (`src`, `units` units) into the slab row of every local expert the token names (`slab`:
+// expert 0's row 0, rows `row_units` apart). Everything the item reads is issued before any of
+// it is used: the token's flag, its slots' local ids and ranks, and the part (read whether or
+// not the token came; the stage row exists either way). The slab row of slot k is the number
+// of the token's earlier sources' tokens naming its expert plus the slot's rank (both sent with
+// the rows), so no item waits for another. `record`: this item also writes the token's
+// slot_rows and its experts' sources (one item per token does).
+template <typename U>
+__device__ __forceinline__ void ll_expand_item(const LowLatencyParams& p, uint64_t step, int s,
+                                               int64_t t, const U* src, U* slab, int64_t row_units,
+                                               int64_t units, int64_t part, bool record, int lane) {
+  const RankInfo& info = p.info;
+  const char* self = p.peers.base[info.rank];
+  const int k_slots = info.topk;
+  const int64_t slab_rows = static_cast<int64_t>(info.world_size) * info.max_tokens;
+  const uint64_t flag =
+      __ldcg(reinterpret_cast<const uint64_t*>(self + p.layout.ll_flag_offset(s, t)));
+  const auto* meta = reinterpret_cast<const int32_t*>(self + p.layout.ll_meta_offset(s, t));
+  int32_t id[2] = {-1, -1};
+  int32_t rank[2] = {0, 0};
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {  // lane l holds slots l and 32 + l (topk <= 64)
+    const int k = h * 32 + lane;
+    if (k < k_slots) {
+      id[h] = __ldcg(meta + k);
+      rank[h] = __ldcg(meta + 2 * k_slots + k);
+    }
+  }
+  U v[kLlCopyUnroll];
+  ll_load_part(src, units, part, lane, v);
+  if (flag != (step << 1 | 1)) return;  // warp-uniform: token t of s did not come here
+  int64_t row[2] = {-1, -1};
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    if (id[h] < 0) continue;
+    int64_t r = rank[h] & 0x7fffffff;
+    for (int q = 0; q < s; ++q) {
+      r += __ldcg(reinterpret_cast<const int32_t*>(self + p.layout.ll_counts_offset(q, id[h])));
+    }
+    row[h] = id[h] * slab_rows + r;
+  }
+  if (record) {
+    const int64_t token = static_cast<int64_t>(s) * info.max_tokens + t;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int k = h * 32 + lane;
+      if (k >= k_slots) continue;
+      p.slot_rows[token * k_slots + k] = static_cast<int32_t>(row[h]);
+      if (id[h] >= 0 && rank[h] >= 0) {  // the first slot naming its expert
+        p.src_rank[row[h]] = s;
+        p.src_token[row[h]] = static_cast<int32_t>(t);
+        p.src_slot[row[h]] = k;
+      }
+    }
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    // One copy per expert: the first slot naming it.
+    for (uint32_t firsts = __ballot_sync(0xffffffffu, id[h] >= 0 && rank[h] >= 0); firsts != 0;
+         firsts &= firsts - 1) {
+      const int k = __ffs(firsts) - 1;
+      const int64_t r = __shfl_sync(0xffffffffu, row[h], k);
+      ll_store_part(slab + r * row_units, units, part, lane, v);
+    }
+  }
+}
+
+// The expand's work items (ll_expand_kernel): fills, (local expert, chunk of kFillRows slab rows)
+// pairs, then per_token items for each token received: `parts` parts of kLlCopyPart 16-byte
+// payload vectors (rows are whole 16-byte units), then `scale_parts` parts of 4-byte scale words
+// (of bytes when a scale row is not whole words, as mxfp4's e8m0 rows can be). The launcher
+// sizes the grid for the most items a call can have (every source sends Tmax tokens).
+struct LlExpandItems {
+  static constexpr int64_t kFillRows = 256;
+  int64_t fill_chunks, fills, vectors, scale_units, parts, scale_parts, per_token;
+  bool scale_words;
+
+  __host__ __device__ static LlExpandItems of(const LowLatencyParams& p) {
+    LlExpandItems s{};
+    const int64_t slab_rows = static_cast<int64_t>(p.info.world_size) * p.info.max_tokens;
+    s.fill_chunks = (slab_rows + kFillRows - 1) / kFillRows;
+    s.fills = p.info.experts_per_rank * s.fill_chunks;
+    s.vectors = p.layout.dispatch_payload_bytes / 16;
+    s.scale_words = p.layout.dispatch_scale_bytes % 4 == 0;
+    s.scale_units =
+        s.scale_words ? p.layout.dispatch_scale_bytes / 4 : p.layout.dispatch_scale_bytes;
+    s.parts = (s.vectors + kLlCopyPart - 1) / kLlCopyPart;
+    s.scale_parts = (s.scale_units + kLlCopyPart - 1) / kLlCopyPart;
+    s.per_token = s.parts + s.scale_parts;
+    return s;
+  }
+  __host__ __device__ int64_t most_items(const LowLatencyParams& p) const {
+    return fills + static_cast<int64_t>(p.info.world_size) * p.info.max_tokens * per_token;
+  }
+};
+
 template <typename F>
 __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm)
     ll_expand_kernel(LowLatencyParams p) {
-  using Scan = cub::BlockScan<int, Policy::kDataThreads>;
-  __shared__ typename Scan::TempStorage scan_storage;
   __shared__ int tokens[Policy::kMaxPeers];
-  __shared__ unsigned int ticket;
+  __shared__ int64_t first_token[Policy::kMaxPeers + 1];
   if (block_sees_error(p.err)) return;
   const RankInfo& info = p.info;
   // The step of the dispatch being received; with overlap hooks, calls rejected since its send
@@ -252,108 +448,67 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
   const uint64_t step = p.state->dispatch_step;
   if (!ll_receive_has_its_send(p, step, kPhaseDispatchWait)) return;
   if (!ll_wait_sources(p, step, tokens)) return;
+  if (threadIdx.x == 0) {
+    int64_t at = 0;
+    for (int s = 0; s < info.world_size; ++s) {
+      first_token[s] = at;
+      at += tokens[s];
+    }
+    first_token[info.world_size] = at;
+  }
+  __syncthreads();
+  const WarpCoord c = warp_coord();
   const char* self = p.peers.base[info.rank];
-  const int k_slots = info.topk;
   const int64_t slab_rows = static_cast<int64_t>(info.world_size) * info.max_tokens;
   const int64_t payload_bytes = p.layout.dispatch_payload_bytes;
-  const int64_t scale_bytes = p.layout.dispatch_scale_bytes;
-  const unsigned int experts = static_cast<unsigned int>(info.experts_per_rank);
-  while (true) {
-    if (threadIdx.x == 0) ticket = atomicAdd(&p.tickets[0], 1u);
-    __syncthreads();
-    const unsigned int e = ticket;
-    __syncthreads();
-    if (e >= experts) break;
-    int32_t* src_rank = p.src_rank + e * slab_rows;    // [W*Tmax]
-    int32_t* src_token = p.src_token + e * slab_rows;  // [W*Tmax]
-    int32_t* src_slot = p.src_slot + e * slab_rows;    // [W*Tmax]
-    // Canonical order: source rank ascending, then token ascending; candidates are the first
-    // T_s tokens of every source s, in chunks of the block's threads.
-    int running = 0;
-    for (int s = 0; s < info.world_size; ++s) {
-      for (int base = 0; base < tokens[s]; base += Policy::kDataThreads) {
-        const int t = base + threadIdx.x;
-        int first = -1;
-        if (t < tokens[s]) {
-          const uint64_t flag =
-              __ldcg(reinterpret_cast<const uint64_t*>(self + p.layout.ll_flag_offset(s, t)));
-          if (flag == (step << 1 | 1)) {
-            const auto* local =
-                reinterpret_cast<const int32_t*>(self + p.layout.ll_meta_offset(s, t));
-            for (int k = k_slots - 1; k >= 0; --k) {
-              const int32_t id = __ldcg(local + k);
-              if (id == static_cast<int32_t>(e)) first = k;
-              // Every local slot's slab row is written by the block of its expert; slots of
-              // other ranks' experts (and masked ones) by the block of expert 0.
-              if (id < 0 && e == 0)
-                p.slot_rows[(static_cast<int64_t>(s) * info.max_tokens + t) * k_slots + k] = -1;
-            }
-          }
-        }
-        int pos = 0, chunk = 0;
-        Scan(scan_storage).ExclusiveSum(first >= 0 ? 1 : 0, pos, chunk);
-        if (first >= 0) {
-          const int row = running + pos;
-          src_rank[row] = s;
-          src_token[row] = t;
-          src_slot[row] = first;
-          const auto* local =
-              reinterpret_cast<const int32_t*>(self + p.layout.ll_meta_offset(s, t));
-          for (int k = first; k < k_slots; ++k) {
-            if (__ldcg(local + k) == static_cast<int32_t>(e)) {
-              p.slot_rows[(static_cast<int64_t>(s) * info.max_tokens + t) * k_slots + k] =
-                  static_cast<int32_t>(e * slab_rows + row);
-            }
-          }
-        }
-        running += chunk;
-        __syncthreads();  // scan_storage is reused
+  // Work items (LlExpandItems), spread over every warp of the grid, none waiting for another:
+  // fills write an expert's count (the sum of the sources' counts) and -1 sources past it;
+  // copies are (token of any source, part), the tokens of all sources one after another.
+  const LlExpandItems shape = LlExpandItems::of(p);
+  const int64_t fills = shape.fills;
+  const int64_t parts = shape.parts;
+  const int64_t items = fills + first_token[info.world_size] * shape.per_token;
+  for (int64_t item = c.warp; item < items; item += c.num_warps) {
+    if (item < fills) {
+      const int e = static_cast<int>(item / shape.fill_chunks);
+      const int64_t chunk = item - e * shape.fill_chunks;
+      int n = 0;
+      for (int s = c.lane; s < info.world_size; s += 32) {
+        n += __ldcg(reinterpret_cast<const int32_t*>(self + p.layout.ll_counts_offset(s, e)));
       }
-    }
-    for (int64_t row = running + threadIdx.x; row < slab_rows; row += blockDim.x) {
-      src_rank[row] = -1;
-      src_token[row] = -1;
-      src_slot[row] = -1;
-    }
-    if (threadIdx.x == 0) p.count[e] = running;
-    __syncthreads();  // the sources of this expert's rows are written
-    // Copy the rows. An expert of a decode batch has a few rows, so rather than a warp per row,
-    // the work items are (row, part) pairs spread over all the block's warps: a row's payload
-    // is `parts` items of kLlCopyPart 16-byte vectors (rows are whole 16-byte units), then its
-    // scales are `scale_parts` items of 4-byte words (of bytes when a scale row is not whole
-    // words, as mxfp4's e8m0 rows can be).
-    const int lane = threadIdx.x & 31;
-    const int64_t vectors = payload_bytes / 16;
-    const bool scale_words = scale_bytes % 4 == 0;
-    const int64_t scale_units = scale_words ? scale_bytes / 4 : scale_bytes;
-    const int64_t parts = (vectors + kLlCopyPart - 1) / kLlCopyPart;
-    const int64_t scale_parts = (scale_units + kLlCopyPart - 1) / kLlCopyPart;
-    const int64_t items = running * (parts + scale_parts);
-    for (int64_t item = threadIdx.x / 32; item < items; item += blockDim.x / 32) {
-      const int64_t row = item / (parts + scale_parts);
-      const int64_t part = item - row * (parts + scale_parts);
-      const char* stage = self + p.layout.ll_stage_offset(src_rank[row], src_token[row]);
-      const int64_t slab_row = e * slab_rows + row;
-      if (part < parts) {
-        ll_copy_part(reinterpret_cast<const uint4*>(stage),
-                     reinterpret_cast<uint4*>(p.slab_payload + slab_row * payload_bytes), vectors,
-                     part, lane);
-      } else if (scale_words) {
-        ll_copy_part(reinterpret_cast<const uint32_t*>(stage + payload_bytes),
-                     reinterpret_cast<uint32_t*>(p.slab_scales + slab_row * scale_bytes),
-                     scale_units, part - parts, lane);
-      } else {
-        ll_copy_part(reinterpret_cast<const uint8_t*>(stage + payload_bytes),
-                     reinterpret_cast<uint8_t*>(p.slab_scales + slab_row * scale_bytes),
-                     scale_units, part - parts, lane);
+      n = __reduce_add_sync(0xffffffffu, n);
+      if (chunk == 0 && c.lane == 0) p.count[e] = n;
+      const int64_t end = (chunk + 1) * LlExpandItems::kFillRows < slab_rows
+                              ? (chunk + 1) * LlExpandItems::kFillRows
+                              : slab_rows;
+      const int64_t begin =
+          chunk * LlExpandItems::kFillRows > n ? chunk * LlExpandItems::kFillRows : n;
+      for (int64_t row = begin + c.lane; row < end; row += 32) {
+        p.src_rank[e * slab_rows + row] = -1;
+        p.src_token[e * slab_rows + row] = -1;
+        p.src_slot[e * slab_rows + row] = -1;
       }
+      continue;
     }
-    __syncthreads();
-  }
-  // The last block out resets the tickets for the next call.
-  if (threadIdx.x == 0 && atomicAdd(&p.tickets[1], 1u) == gridDim.x - 1) {
-    p.tickets[0] = 0;
-    p.tickets[1] = 0;
+    const int64_t token = (item - fills) / shape.per_token;
+    const int64_t part = (item - fills) - token * shape.per_token;
+    int s = 0;
+    while (token >= first_token[s + 1]) ++s;
+    const int64_t t = token - first_token[s];
+    const char* stage = self + p.layout.ll_stage_offset(s, t);
+    if (part < parts) {
+      ll_expand_item(p, step, s, t, reinterpret_cast<const uint4*>(stage),
+                     reinterpret_cast<uint4*>(p.slab_payload), shape.vectors, shape.vectors, part,
+                     part == 0, c.lane);
+    } else if (shape.scale_words) {
+      ll_expand_item(p, step, s, t, reinterpret_cast<const uint32_t*>(stage + payload_bytes),
+                     reinterpret_cast<uint32_t*>(p.slab_scales), shape.scale_units,
+                     shape.scale_units, part - parts, false, c.lane);
+    } else {
+      ll_expand_item(p, step, s, t, reinterpret_cast<const uint8_t*>(stage + payload_bytes),
+                     reinterpret_cast<uint8_t*>(p.slab_scales), shape.scale_units,
+                     shape.scale_units, part - parts, false, c.lane);
+    }
   }
 }
 
