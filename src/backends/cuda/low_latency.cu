@@ -3,22 +3,41 @@
 #include "backends/cuda/low_latency.cuh"
 
 namespace moe_ep::cuda_backend {
+namespace {
+
+// Launches a decode kernel with programmatic dependent launch allowed (ll_follow_previous_kernel):
+// the kernel may be scheduled before the previous kernel on the stream has finished, and waits
+// for it on the device. Captured into a graph, the dependency becomes a programmatic edge.
+template <typename... Args>
+cudaError_t launch_following(void (*kernel)(Args...), int blocks, int threads, cudaStream_t stream,
+                             const LowLatencyParams& p) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned int>(blocks));
+  config.blockDim = dim3(static_cast<unsigned int>(threads));
+  config.dynamicSmemBytes = 0;
+  config.stream = stream;
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  return cudaLaunchKernelEx(&config, kernel, p);
+}
+
+}  // namespace
 
 cudaError_t launch_ll_step(const LowLatencyParams& p, cudaStream_t stream) {
-  ll_step_kernel<<<1, Policy::kMaxPeers, 0, stream>>>(p);
-  return cudaGetLastError();
+  return launch_following(ll_step_kernel, 1, Policy::kMaxPeers, stream, p);
 }
 
 cudaError_t launch_ll_send(DispatchDtype dtype, bool prequantized, const LowLatencyParams& p,
                            int num_blocks, cudaStream_t stream) {
   return formats::visit_format(dtype, [&](auto format) {
     using F = decltype(format);
-    if (prequantized) {
-      ll_send_kernel<F, true><<<num_blocks, Policy::kDataThreads, 0, stream>>>(p);
-    } else {
-      ll_send_kernel<F, false><<<num_blocks, Policy::kDataThreads, 0, stream>>>(p);
-    }
-    return cudaGetLastError();
+    return prequantized ? launch_following(ll_send_kernel<F, true>, num_blocks,
+                                           Policy::kDataThreads, stream, p)
+                        : launch_following(ll_send_kernel<F, false>, num_blocks,
+                                           Policy::kDataThreads, stream, p);
   });
 }
 
@@ -33,8 +52,7 @@ cudaError_t launch_ll_expand(DispatchDtype dtype, const LowLatencyParams& p, int
     const int64_t needed =
         (LlExpandItems::of(p).most_items(p) + warps_per_block - 1) / warps_per_block;
     const int blocks = static_cast<int>(needed < num_blocks ? needed : num_blocks);
-    ll_expand_kernel<F><<<blocks, Policy::kDataThreads, 0, stream>>>(p);
-    return cudaGetLastError();
+    return launch_following(ll_expand_kernel<F>, blocks, Policy::kDataThreads, stream, p);
   });
 }
 
@@ -49,8 +67,7 @@ cudaError_t launch_ll_combine(CombineDtype dtype, const LowLatencyParams& p, int
                               cudaStream_t stream) {
   return formats::visit_format(dtype, [&](auto format) {
     using F = decltype(format);
-    ll_combine_kernel<F><<<num_blocks, Policy::kDataThreads, 0, stream>>>(p);
-    return cudaGetLastError();
+    return launch_following(ll_combine_kernel<F>, num_blocks, Policy::kDataThreads, stream, p);
   });
 }
 

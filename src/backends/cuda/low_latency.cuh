@@ -45,8 +45,20 @@ namespace moe_ep::cuda_backend {
 // Combine flags of decode mode carry this bit, so they never equal a normal-mode step.
 inline constexpr uint64_t kDecodeTag = 1ull << 63;
 
+// Programmatic dependent launch: the decode kernels are launched so that a call's next kernel is
+// scheduled while the one before it runs (its launch and block setup overlap that kernel instead
+// of following it). Every decode kernel starts here: it waits until the kernel before it on the
+// stream has completed and its memory operations are visible, then lets the kernel after it be
+// scheduled. Launched without the attribute (or after a kernel that never signals), both
+// instructions change nothing: the wait returns at once and the next kernel follows this one.
+__device__ __forceinline__ void ll_follow_previous_kernel() {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+
 // The decode step word's kind and verdict; the call number comes from LowLatencyState.
 __global__ void ll_step_kernel(LowLatencyParams p) {
+  ll_follow_previous_kernel();
   const RankInfo& info = p.info;
   LowLatencyState* state = p.state;
   __shared__ uint64_t step, call;
@@ -202,6 +214,7 @@ __device__ inline void ll_publish_when_grid_done(const LowLatencyParams& p, uint
 template <typename F, bool kPrequantized>
 __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm)
     ll_send_kernel(LowLatencyParams p) {
+  ll_follow_previous_kernel();
   if (block_sees_error(p.err)) return;
   const WarpCoord c = warp_coord();
   const RankInfo& info = p.info;
@@ -439,6 +452,7 @@ struct LlExpandItems {
 template <typename F>
 __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm)
     ll_expand_kernel(LowLatencyParams p) {
+  ll_follow_previous_kernel();
   __shared__ int tokens[Policy::kMaxPeers];
   __shared__ int64_t first_token[Policy::kMaxPeers + 1];
   if (block_sees_error(p.err)) return;
@@ -571,6 +585,7 @@ __device__ __forceinline__ uint4 weighted_slot_sum(const LocalSlots& s, const ui
 template <typename F>
 __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm)
     ll_combine_kernel(LowLatencyParams p) {
+  ll_follow_previous_kernel();
   if (block_sees_error(p.err)) return;
   const WarpCoord c = warp_coord();
   const RankInfo& info = p.info;
