@@ -126,14 +126,14 @@ int resolve_num_sms(const OpConfig& config, const CudaComm& comm) {
   return requested;
 }
 
+}  // namespace
+
 std::shared_ptr<CudaComm> cuda_comm_of(const std::shared_ptr<Communicator>& comm) {
   auto cuda = std::dynamic_pointer_cast<CudaComm>(comm);
   MOE_EP_CHECK_ARG(cuda != nullptr, "comm is a ", to_string(comm->backend()),
                    " communicator that is not a CUDA communicator of moe_ep/cuda.h");
   return cuda;
 }
-
-}  // namespace
 
 std::shared_ptr<Op> create_op(const std::shared_ptr<Communicator>& comm, const OpConfig& config) {
   const std::shared_ptr<CudaComm> cuda = cuda_comm_of(comm);

@@ -14,6 +14,7 @@
 #include "backends/cuda/device_error.h"
 #include "backends/cuda/launch.h"
 #include "backends/cuda/resources.h"
+#include "backends/cuda/transport.h"
 #include "core/agreement.h"
 #include "moe_ep/op.h"
 
@@ -82,6 +83,9 @@ class CudaComm : public Communicator {
   virtual void publish(SymmetricMemory& memory) = 0;
   // The control area: kControlBytesPerRank per source rank, made with the communicator.
   virtual const SymmetricMemory& control() const = 0;
+  // Carries staged bytes between ranks of different nodes (transport.h): NCCL's send and
+  // receive, or the single-GPU world's loopback. Made with the communicator.
+  virtual Transport& transport() = 0;
   // Made with the communicator (CreateLedger::init, in the implementation's constructor).
   CreateLedger& ledger() { return ledger_; }
   // The communicator's own stream, for its ops' housekeeping (zeroing, clearing errors).
@@ -90,5 +94,8 @@ class CudaComm : public Communicator {
  protected:
   CreateLedger ledger_;
 };
+
+// The CUDA communicator behind `comm` (InvalidArgument naming the backend when it is none).
+std::shared_ptr<CudaComm> cuda_comm_of(const std::shared_ptr<Communicator>& comm);
 
 }  // namespace moe_ep::cuda_backend

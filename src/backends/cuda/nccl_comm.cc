@@ -78,9 +78,11 @@ NcclCommunicator::NcclCommunicator(ncclComm_t comm, int device, uint64_t group_i
   preload_kernels(device_);  // before any kernel of ours can wait for a peer (launch.h)
   control_ = allocate(kControlBytesPerRank * static_cast<size_t>(size_));
   publish(*control_);
+  transport_ = make_nccl_transport(comm_, size_);
 }
 
 NcclCommunicator::~NcclCommunicator() {
+  transport_.reset();
   control_.reset();
   if (owned_) ncclCommDestroy(comm_);
 }

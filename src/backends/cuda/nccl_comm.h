@@ -26,6 +26,7 @@ class NcclCommunicator : public CudaComm {
   std::unique_ptr<SymmetricMemory> allocate(size_t bytes) override;
   void publish(SymmetricMemory& memory) override;
   const SymmetricMemory& control() const override { return *control_; }
+  Transport& transport() override { return *transport_; }
   ncclComm_t comm() const { return comm_; }
 
  private:
@@ -37,6 +38,7 @@ class NcclCommunicator : public CudaComm {
   uint64_t group_id_;
   bool owned_;
   std::unique_ptr<SymmetricMemory> control_;
+  std::unique_ptr<Transport> transport_;
 };
 
 }  // namespace moe_ep::cuda_backend

@@ -16,6 +16,7 @@
 #include "backends/cuda/cuda_comm.h"
 #include "backends/cuda/launch.h"
 #include "backends/cuda/resources.h"
+#include "backends/cuda/transport.h"
 #include "core/log.h"
 #include "moe_ep/config.h"
 #include "moe_ep/cuda.h"
@@ -27,11 +28,103 @@ class SingleGpuCommunicator;
 
 namespace {
 
+// The loopback transport's mailbox: what every rank declared for the current exchange. Entry
+// [src * W + dst]: src writes the send side (and its buffer), dst the receive side, each its own
+// fields, between the exchange's barriers.
+struct LoopbackMailbox {
+  std::vector<TransferEnds> ends;              // [W * W]
+  std::vector<const void*> data;               // [W * W] src's send buffer for dst
+  std::vector<std::unique_ptr<Event>> sent;    // [W] recorded after a rank's sends are ready
+  std::vector<std::unique_ptr<Event>> copied;  // [W] recorded after a rank's receives landed
+};
+
 struct WorldShared {
   WorldShared(int world_size, double timeout_s)
-      : barrier(world_size, timeout_s), bases(world_size, nullptr) {}
+      : barrier(world_size, timeout_s), bases(world_size, nullptr) {
+    const size_t pairs = static_cast<size_t>(world_size) * world_size;
+    loopback.ends.assign(pairs, TransferEnds{});
+    loopback.data.assign(pairs, nullptr);
+  }
+  // Events of the loopback transport, made on the world's device before any rank exists.
+  void make_events(int world_size) {
+    for (int r = 0; r < world_size; ++r) {
+      loopback.sent.push_back(std::make_unique<Event>());
+      loopback.copied.push_back(std::make_unique<Event>());
+    }
+  }
   cpu_backend::BoundedBarrier barrier;
   std::vector<char*> bases;  // [W] the buffers being published
+  LoopbackMailbox loopback;
+};
+
+// The loopback transport (transport.h) between the world's ranks: each rank posts its parts in
+// the mailbox and records an event after its sends' producers; at a bounded host barrier every
+// rank checks the whole mailbox (so a mismatch is found by every rank, which all raise it), then
+// copies what it receives straight from the senders' buffers, device to device on its stream
+// behind each sender's event, and records its own event; after a second barrier each sender's
+// stream waits for its receivers' events, so later work reuses a send buffer only once it has
+// been copied. A rank's stream so waits for its receivers' earlier work: an exchange is a step
+// every rank reaches, never one a rank's earlier kernel waits for.
+class LoopbackTransport : public Transport {
+ public:
+  LoopbackTransport(std::shared_ptr<WorldShared> world, int rank, int world_size)
+      : world_(std::move(world)), rank_(rank), size_(world_size) {}
+  const char* name() const override { return "loopback"; }
+
+  void exchange(const std::vector<TransferPart>& sends, const std::vector<TransferPart>& recvs,
+                cudaStream_t stream) override {
+    check_transfer_parts(sends, size_, "sends");
+    check_transfer_parts(recvs, size_, "receives");
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    MOE_EP_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+    if (capture != cudaStreamCaptureStatusNone) {
+      throw Internal("the loopback transport cannot be captured in a CUDA graph");
+    }
+    LoopbackMailbox& box = world_->loopback;
+    const auto at = [this](int src, int dst) { return static_cast<size_t>(src) * size_ + dst; };
+    for (int peer = 0; peer < size_; ++peer) {
+      box.ends[at(rank_, peer)].send_bytes = -1;
+      box.data[at(rank_, peer)] = nullptr;
+      box.ends[at(peer, rank_)].recv_bytes = -1;
+    }
+    for (const TransferPart& part : sends) {
+      box.ends[at(rank_, part.peer)].send_bytes = static_cast<int64_t>(part.bytes);
+      box.data[at(rank_, part.peer)] = part.data;
+    }
+    for (const TransferPart& part : recvs) {
+      box.ends[at(part.peer, rank_)].recv_bytes = static_cast<int64_t>(part.bytes);
+    }
+    try {
+      MOE_EP_CUDA_CHECK(cudaEventRecord(box.sent[rank_]->get(), stream));
+      world_->barrier.arrive_and_wait(rank_, "loopback transport/posted");
+      const std::string mismatch = transfer_mismatch(box.ends, size_);
+      if (!mismatch.empty()) {
+        // Every rank found it; none changes the mailbox before all have read it.
+        world_->barrier.arrive_and_wait(rank_, "loopback transport/checked");
+        throw Internal("loopback transport: " + mismatch);
+      }
+      for (const TransferPart& part : recvs) {
+        if (part.bytes == 0) continue;
+        MOE_EP_CUDA_CHECK(cudaStreamWaitEvent(stream, box.sent[part.peer]->get(), 0));
+        MOE_EP_CUDA_CHECK(cudaMemcpyAsync(part.data, box.data[at(part.peer, rank_)], part.bytes,
+                                          cudaMemcpyDeviceToDevice, stream));
+      }
+      MOE_EP_CUDA_CHECK(cudaEventRecord(box.copied[rank_]->get(), stream));
+      world_->barrier.arrive_and_wait(rank_, "loopback transport/copied");
+      for (const TransferPart& part : sends) {
+        if (part.bytes == 0) continue;
+        MOE_EP_CUDA_CHECK(cudaStreamWaitEvent(stream, box.copied[part.peer]->get(), 0));
+      }
+    } catch (const CudaError& e) {
+      world_->barrier.break_group(rank_, e.code(), e.what());  // the peers stop waiting for us
+      throw;
+    }
+  }
+
+ private:
+  std::shared_ptr<WorldShared> world_;
+  int rank_;
+  int size_;
 };
 
 class PlainSymmetric : public SymmetricMemory {
@@ -75,7 +168,8 @@ class SingleGpuCommunicator : public CudaComm {
         device_(device),
         max_sms_(max_sms),
         group_id_(group_id),
-        control_(std::move(control)) {
+        control_(std::move(control)),
+        transport_(std::make_unique<LoopbackTransport>(world_, rank, world_size)) {
     ledger_.init(device, world_size);
   }
   int rank() const override { return rank_; }
@@ -84,6 +178,7 @@ class SingleGpuCommunicator : public CudaComm {
   int device() const override { return device_; }
   int max_sms() const override { return max_sms_; }
   const SymmetricMemory& control() const override { return *control_; }
+  Transport& transport() override { return *transport_; }
 
   std::unique_ptr<SymmetricMemory> allocate(size_t bytes) override {
     return std::make_unique<PlainSymmetric>(device_, bytes, internal_stream());
@@ -106,6 +201,7 @@ class SingleGpuCommunicator : public CudaComm {
   int max_sms_;
   uint64_t group_id_;
   std::unique_ptr<SymmetricMemory> control_;
+  std::unique_ptr<Transport> transport_;
 };
 
 }  // namespace cuda_backend
@@ -147,6 +243,7 @@ std::vector<std::shared_ptr<Communicator>> make_single_gpu_world(int world_size,
   {
     cuda_backend::DeviceGuard guard(device);
     cuda_backend::Stream stream;  // made and gone before any rank's stream exists
+    shared->make_events(world_size);
     for (int r = 0; r < world_size; ++r) {
       controls.push_back(std::make_unique<cuda_backend::PlainSymmetric>(
           device, cuda_backend::kControlBytesPerRank * world_size, stream.get()));
