@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "formats/codecs.h"
+#include "testing/gpu_low_latency.h"
 #include "testing/gpu_world.h"
 #include "testing/low_latency.h"
 
@@ -28,6 +29,7 @@ namespace moe_ep {
 namespace {
 
 using testing::DtypePair;
+using testing::gpu_low_latency_round;
 using testing::InputSpec;
 using testing::LowLatencyRound;
 using testing::RankInput;
@@ -53,36 +55,6 @@ std::vector<RankInput> decode_inputs(const OpConfig& c, int world_size, uint64_t
   std::vector<int64_t> tokens(world_size);
   for (int r = 0; r < world_size; ++r) tokens[r] = r == 1 ? 0 : 32 - 3 * r % 32;
   return testing::make_inputs(spec, testing::test_seed() + salt, tokens);
-}
-
-// One eager round on rank `rank`: dispatch on the GPU, the reference's expert on the downloaded
-// slabs, combine; outputs downloaded into `round`.
-void gpu_low_latency_round(Op& op, int rank, LowLatencyRound& round, cudaStream_t stream) {
-  const OpConfig& c = op.config();
-  const int w = op.world_size();
-  testing::DeviceInput input(round.inputs[rank], 0);
-  DispatchArgs args = input.view;
-  args.stream = stream;
-  const LowLatencyDispatchResult d = op.low_latency_dispatch(args);
-  MOE_EP_CUDA_CHECK(cudaStreamSynchronize(stream));
-  round.views[rank] = d;
-  round.op_uids[rank] = op.uid();
-  round.received[rank] = reference::copy_low_latency_outputs(d, testing::device_to_host);
-  testing::DeviceBuffer y =
-      testing::DeviceBuffer::copy_of(testing::low_latency_expert(round.received[rank], c, w, rank));
-  const int64_t t = round.inputs[rank].num_tokens;
-  testing::DeviceBuffer out =
-      testing::DeviceBuffer::copy_of(std::vector<uint16_t>(t * c.hidden, 0xffff));
-  op.low_latency_combine(
-      TensorView::tensor3(y.ptr.get(), ScalarType::kBFloat16, c.num_experts / w,
-                          static_cast<int64_t>(w) * c.max_tokens_per_rank, c.hidden,
-                          DeviceType::kCuda, 0),
-      d.handle,
-      TensorView::matrix(out.ptr.get(), ScalarType::kBFloat16, t, c.hidden, DeviceType::kCuda, 0),
-      stream);
-  op.synchronize(stream);
-  round.out[rank].assign(t * c.hidden, 0);
-  if (t > 0) testing::device_to_host(round.out[rank].data(), out.ptr.get(), t * c.hidden * 2);
 }
 
 class GpuLowLatency : public ::testing::TestWithParam<int> {

@@ -151,6 +151,15 @@ TEST(LowLatency, WorldSizesOneToFour) {
   }
 }
 
+// topk above 32 (the CUDA kernels hold two slots per lane there; test_gpu_low_latency_shapes.cu).
+TEST(LowLatency, TopkAbove32) {
+  for (const DtypePair& pair : all_pairs()) {
+    SCOPED_TRACE(pair_name(pair));
+    const LowLatencyRound res = run_and_check(spec_for(2, 128, 40, 512, 16, pair), {16, 11});
+    EXPECT_GT(total_rows(res), 0);
+  }
+}
+
 TEST(LowLatency, RankWithZeroTokens) {
   for (const DtypePair& pair : all_pairs()) {
     SCOPED_TRACE(pair_name(pair));
