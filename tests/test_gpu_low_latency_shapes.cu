@@ -38,6 +38,15 @@ OpConfig shape_config(DtypePair pair, int num_experts, int topk, int hidden, int
   return c;
 }
 
+std::vector<RankInput> shape_inputs(const OpConfig& c, int world_size, double mask_prob,
+                                    uint64_t salt, const std::vector<int64_t>& tokens) {
+  InputSpec spec;
+  spec.world_size = world_size;
+  spec.config = c;
+  spec.mask_prob = mask_prob;
+  return testing::make_inputs(spec, testing::test_seed() + salt, tokens);
+}
+
 // One eager round of `inputs` on one op per rank of a one-GPU world, checked bit for bit.
 void run_and_check(const OpConfig& c, int world_size, const std::vector<RankInput>& inputs) {
   LowLatencyRound round(world_size, inputs);
@@ -60,11 +69,7 @@ TEST(GpuLowLatencyShapes, DuplicateSlotsGetOneRowAtTheFirstSlot) {
   for (const DtypePair& pair : testing::all_pairs()) {
     SCOPED_TRACE(testing::pair_name(pair));
     const OpConfig c = shape_config(pair, 16, 4, 256, 8);
-    InputSpec spec;
-    spec.world_size = world_size;
-    spec.config = c;
-    spec.mask_prob = 0.0;
-    std::vector<RankInput> inputs = testing::make_inputs(spec, testing::test_seed(), {8, 5});
+    std::vector<RankInput> inputs = shape_inputs(c, world_size, 0.0, 0, {8, 5});
     const auto set = [](RankInput& r, int64_t t, std::vector<int32_t> slots) {
       for (int k = 0; k < r.topk; ++k) r.topk_idx[t * r.topk + k] = slots[k];
     };
@@ -86,11 +91,7 @@ TEST(GpuLowLatencyShapes, TopkAbove32) {
   for (const DtypePair& pair : testing::all_pairs()) {
     SCOPED_TRACE(testing::pair_name(pair));
     const OpConfig c = shape_config(pair, 128, 40, 512, 16);
-    InputSpec spec;
-    spec.world_size = world_size;
-    spec.config = c;
-    spec.mask_prob = 0.2;
-    run_and_check(c, world_size, testing::make_inputs(spec, testing::test_seed() + 7, {16, 11}));
+    run_and_check(c, world_size, shape_inputs(c, world_size, 0.2, 7, {16, 11}));
   }
 }
 

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "backends/cuda/device_error.h"
 
@@ -104,11 +105,20 @@ __device__ inline bool wait_tagged(const uint64_t* flag, int shift, uint64_t exp
   }
 }
 
-// Last-block-done signal: every thread fences its own stores, the block counts itself in, and
-// the last block of the grid release-stores `value` at byte `offset` of every peer buffer.
+// The last block's extra stores before the done signal: none.
+struct NoLastBlockStores {
+  __device__ void operator()() const {}
+};
+
+// Last-block-done signal: every thread fences its own stores, the block counts itself in, and the
+// last block of the grid release-stores `value` at byte `offset` of every peer buffer.
+// `last_block_stores`, when given, runs on every thread of the last block first; its stores are
+// fenced at system scope before the release, so a peer that sees `value` sees them too.
 // `counter` is reset by the last block for the next launch.
+template <typename LastBlockStores = NoLastBlockStores>
 __device__ inline void signal_when_grid_done(unsigned int* counter, char* const* peers,
-                                             int world_size, int64_t offset, uint64_t value) {
+                                             int world_size, int64_t offset, uint64_t value,
+                                             LastBlockStores last_block_stores = {}) {
   __threadfence_system();
   __syncthreads();
   __shared__ bool is_last;
@@ -119,6 +129,11 @@ __device__ inline void signal_when_grid_done(unsigned int* counter, char* const*
   __syncthreads();
   if (!is_last) return;
   __threadfence();
+  if constexpr (!std::is_same_v<LastBlockStores, NoLastBlockStores>) {
+    last_block_stores();
+    __threadfence_system();
+    __syncthreads();
+  }
   for (int p = threadIdx.x; p < world_size; p += blockDim.x) {
     st_release_sys(reinterpret_cast<uint64_t*>(peers[p] + offset), value);
   }

@@ -54,7 +54,7 @@ CudaOp::CudaOp(std::shared_ptr<CudaComm> comm, const OpConfig& config, int num_s
     const size_t slab_rows = local * world_size_ * config.max_tokens_per_rank;
     ll_state_ = DeviceArray<LowLatencyState>(device_, 1);
     ll_state_.zero(comm_->internal_stream());
-    ll_tickets_ = DeviceArray<unsigned int>(device_, 5);
+    ll_tickets_ = DeviceArray<unsigned int>(device_, 3);
     ll_tickets_.zero(comm_->internal_stream());
     ll_send_counts_ = DeviceArray<int32_t>(device_, config.num_experts);
     ll_send_counts_.zero(comm_->internal_stream());

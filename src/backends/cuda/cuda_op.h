@@ -118,7 +118,7 @@ class CudaOp final : public OpBase {
   std::vector<LowLatencyHandle> accepted_low_latency_;
   // Decode mode, allocated only with OpConfig::low_latency.
   DeviceArray<LowLatencyState> ll_state_;  // [1]
-  DeviceArray<unsigned int> ll_tickets_;   // [5]
+  DeviceArray<unsigned int> ll_tickets_;   // [3]
   DeviceArray<int32_t> ll_send_counts_;    // [E], zero between calls
   DeviceArray<uint64_t> ll_token_mask_;    // [Tmax]
   DeviceArray<int32_t> ll_slot_rows_;      // [W, Tmax, K]

@@ -192,9 +192,8 @@ struct LowLatencyParams {
   const uint16_t* y;      // [E/W, W*Tmax, H] bf16 (not read by kLlCombineReceive)
   uint16_t* out;          // [T, H] bf16 (not written by kLlCombineSend)
   int32_t combine_phase;  // LlCombinePhase
-  int32_t*
-      send_counts;  // [E] this rank's tokens naming each expert (send), reset by its last block
-  unsigned int* tickets;  // [5]: unused [2], combine tickets [2], send block counter
+  int32_t* send_counts;   // [E] this rank's tokens per expert, reset by the send's last block
+  unsigned int* tickets;  // [3]: combine tickets [2], send block counter
   uint64_t timeout_ns;
   ErrorSink err;
 };

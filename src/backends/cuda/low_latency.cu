@@ -1,6 +1,7 @@
 // Instantiations and launchers of the decode-mode kernels (low_latency.cuh), one per wire format.
 
 #include "backends/cuda/low_latency.cuh"
+#include "backends/cuda/low_latency_combine.cuh"
 
 namespace moe_ep::cuda_backend {
 namespace {

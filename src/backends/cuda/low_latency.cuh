@@ -19,15 +19,16 @@
 //               first part's item also records slot_rows[s][t][k] (the slab row of each local
 //               slot) and the row's sources; (expert, chunk of rows) items write counts and -1
 //               sources past them.
-//   ll_combine: warps take tickets for slices of rows (kDispatchSliceElems elements), so one
-//               token spreads over several warps: items [0, W*Tmax*slices) are (source, token,
-//               slice) candidates, sends for those that came here: p = bf16(sum over the
-//               token's local slots k ascending of w_k * y[e_k][row]), product then add in fp32,
-//               the slots' rows and weights read once and a group of slots' loads in flight
-//               together, encoded and stored at (this rank, token) of the source with a ready
-//               flag per slice; items after that are this rank's own (token, slice) pairs,
-//               reduced exactly as in normal mode. Sends are ticketed before any reduce, so the
-//               kernel finishes with any resident subset of its blocks.
+//   ll_combine: (low_latency_combine.cuh) warps take tickets for slices of rows
+//               (kDispatchSliceElems elements), so one token spreads over several warps: items
+//               [0, W*Tmax*slices) are (source, token, slice) candidates, sends for those that
+//               came here: p = bf16(sum over the token's local slots k ascending of
+//               w_k * y[e_k][row]), product then add in fp32, the slots' rows and weights read
+//               once and a group of slots' loads in flight together, encoded and stored at (this
+//               rank, token) of the source with a ready flag per slice; items after that are
+//               this rank's own (token, slice) pairs, reduced exactly as in normal mode. Sends
+//               are ticketed before any reduce, so the kernel finishes with any resident subset
+//               of its blocks.
 // Overlap hooks (docs/decode-mode.md#overlap-hooks): a dispatch's send part is the step kernel and
 // ll_send, its receive part ll_expand; a combine's send part is the step kernel and ll_combine
 // launched for the sends only (kLlCombineSend), its receive part ll_combine for this rank's own
@@ -36,7 +37,6 @@
 // on every rank) leaves the deferred part its own step.
 #pragma once
 
-#include "backends/cuda/combine.cuh"
 #include "backends/cuda/data_common.cuh"
 #include "backends/cuda/step_exchange.cuh"
 
@@ -183,34 +183,6 @@ __device__ __forceinline__ void ll_send_slot_ranks(const LowLatencyParams& p, in
   }
 }
 
-// The end of a send: every thread fences its stores, the block counts itself in, and the last
-// block of the grid stores this rank's per-expert token counts into every destination's counts
-// row (resetting them for the next call), fences, and release-stores `done` in every
-// destination's done word. A destination that sees the done word sees the counts and the rows.
-__device__ inline void ll_publish_when_grid_done(const LowLatencyParams& p, uint64_t done) {
-  const RankInfo& info = p.info;
-  __threadfence_system();
-  __syncthreads();
-  __shared__ bool is_last;
-  if (threadIdx.x == 0) is_last = atomicAdd(p.tickets + 4, 1u) == gridDim.x - 1;
-  __syncthreads();
-  if (!is_last) return;
-  __threadfence();
-  for (int e = threadIdx.x; e < info.num_experts; e += blockDim.x) {
-    const int d = e / info.experts_per_rank;
-    const int32_t n = atomicExch(p.send_counts + e, 0);
-    *reinterpret_cast<int32_t*>(
-        p.peers.base[d] + p.layout.ll_counts_offset(info.rank, e - d * info.experts_per_rank)) = n;
-  }
-  __threadfence_system();
-  __syncthreads();
-  for (int d = threadIdx.x; d < info.world_size; d += blockDim.x) {
-    st_release_sys(
-        reinterpret_cast<uint64_t*>(p.peers.base[d] + p.layout.ll_done_offset(info.rank)), done);
-  }
-  if (threadIdx.x == 0) p.tickets[4] = 0;
-}
-
 template <typename F, bool kPrequantized>
 __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm)
     ll_send_kernel(LowLatencyParams p) {
@@ -296,7 +268,20 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
       }
     }
   }
-  ll_publish_when_grid_done(p, step << 32 | p.num_tokens);
+  // The last block stores this rank's per-expert token counts into every destination's counts
+  // row (resetting them for the next call) before the done words: a destination that sees its
+  // done word sees the counts and the rows.
+  signal_when_grid_done(p.tickets + 2, p.peers.base, info.world_size,
+                        p.layout.ll_done_offset(info.rank), step << 32 | p.num_tokens, [&] {
+                          for (int e = threadIdx.x; e < info.num_experts; e += blockDim.x) {
+                            const int d = e / info.experts_per_rank;
+                            const int32_t n = atomicExch(p.send_counts + e, 0);
+                            *reinterpret_cast<int32_t*>(
+                                p.peers.base[d] + p.layout.ll_counts_offset(
+                                                      info.rank, e - d * info.experts_per_rank)) =
+                                n;
+                          }
+                        });
 }
 
 // Waits (bounded) for every source's done word of this step; returns false when a wait gave up.
@@ -354,7 +339,7 @@ __device__ __forceinline__ void ll_store_part(U* dst, int64_t units, int64_t par
 
 // One expand work item: part `part` (units of U) of token t of source s, copied from its stage
 // row (`src`, `units` units) into the slab row of every local expert the token names (`slab`:
-// expert 0's row 0, rows `row_units` apart). Everything the item reads is issued before any of
+// expert 0's row 0, rows `units` apart). Everything the item reads is issued before any of
 // it is used: the token's flag, its slots' local ids and ranks, and the part (read whether or
 // not the token came; the stage row exists either way). The slab row of slot k is the number
 // of the token's earlier sources' tokens naming its expert plus the slot's rank (both sent with
@@ -362,8 +347,8 @@ __device__ __forceinline__ void ll_store_part(U* dst, int64_t units, int64_t par
 // slot_rows and its experts' sources (one item per token does).
 template <typename U>
 __device__ __forceinline__ void ll_expand_item(const LowLatencyParams& p, uint64_t step, int s,
-                                               int64_t t, const U* src, U* slab, int64_t row_units,
-                                               int64_t units, int64_t part, bool record, int lane) {
+                                               int64_t t, const U* src, U* slab, int64_t units,
+                                               int64_t part, bool record, int lane) {
   const RankInfo& info = p.info;
   const char* self = p.peers.base[info.rank];
   const int k_slots = info.topk;
@@ -415,7 +400,7 @@ __device__ __forceinline__ void ll_expand_item(const LowLatencyParams& p, uint64
          firsts &= firsts - 1) {
       const int k = __ffs(firsts) - 1;
       const int64_t r = __shfl_sync(0xffffffffu, row[h], k);
-      ll_store_part(slab + r * row_units, units, part, lane, v);
+      ll_store_part(slab + r * units, units, part, lane, v);
     }
   }
 }
@@ -512,145 +497,16 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
     const char* stage = self + p.layout.ll_stage_offset(s, t);
     if (part < parts) {
       ll_expand_item(p, step, s, t, reinterpret_cast<const uint4*>(stage),
-                     reinterpret_cast<uint4*>(p.slab_payload), shape.vectors, shape.vectors, part,
-                     part == 0, c.lane);
+                     reinterpret_cast<uint4*>(p.slab_payload), shape.vectors, part, part == 0,
+                     c.lane);
     } else if (shape.scale_words) {
       ll_expand_item(p, step, s, t, reinterpret_cast<const uint32_t*>(stage + payload_bytes),
-                     reinterpret_cast<uint32_t*>(p.slab_scales), shape.scale_units,
-                     shape.scale_units, part - parts, false, c.lane);
+                     reinterpret_cast<uint32_t*>(p.slab_scales), shape.scale_units, part - parts,
+                     false, c.lane);
     } else {
       ll_expand_item(p, step, s, t, reinterpret_cast<const uint8_t*>(stage + payload_bytes),
-                     reinterpret_cast<uint8_t*>(p.slab_scales), shape.scale_units,
-                     shape.scale_units, part - parts, false, c.lane);
-    }
-  }
-}
-
-// A token's local slots for one send of decode mode's combine: lane l holds slot l's and slot
-// 32 + l's slab row (-1 when the slot names no expert of this rank) and weight, read once per
-// send, so the loads of y for a group of kLlSlotGroup slots go out together.
-struct LocalSlots {
-  int32_t row[2];
-  float weight[2];
-};
-
-inline constexpr int kLlSlotGroup = 4;
-
-__device__ __forceinline__ LocalSlots load_local_slots(const int32_t* rows, const float* weights,
-                                                       int k_slots, int lane) {
-  LocalSlots s;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int k = h * 32 + lane;
-    s.row[h] = k < k_slots ? __ldcg(rows + k) : -1;
-    s.weight[h] = k < k_slots ? __ldcg(weights + k) : 0.0f;
-  }
-  return s;
-}
-
-// The 8 values at `elem` of p = bf16(sum over local slots k ascending of w_k * y[row_k]), product
-// then add in fp32 (zeros past the row). Every lane of the warp calls it together.
-__device__ __forceinline__ uint4 weighted_slot_sum(const LocalSlots& s, const uint16_t* y,
-                                                   int64_t elem, int hidden, int k_slots) {
-  float acc[kElemsPerLane];
-#pragma unroll
-  for (int j = 0; j < kElemsPerLane; ++j) acc[j] = 0.0f;
-  for (int k0 = 0; k0 < k_slots; k0 += kLlSlotGroup) {
-    int32_t row[kLlSlotGroup];
-    float w[kLlSlotGroup];
-    uint4 v[kLlSlotGroup];
-#pragma unroll
-    for (int i = 0; i < kLlSlotGroup; ++i) {  // the group's loads first, all in flight
-      const int k = k0 + i;
-      const bool high = k >= 32;  // warp-uniform
-      row[i] = __shfl_sync(0xffffffffu, high ? s.row[1] : s.row[0], k & 31);
-      w[i] = __shfl_sync(0xffffffffu, high ? s.weight[1] : s.weight[0], k & 31);
-      if (k >= k_slots) row[i] = -1;
-      v[i] = row[i] >= 0 ? load_lane(y + static_cast<int64_t>(row[i]) * hidden, elem, hidden)
-                         : make_uint4(0, 0, 0, 0);
-    }
-#pragma unroll
-    for (int i = 0; i < kLlSlotGroup; ++i) {  // then the sum, in ascending slot order
-      if (row[i] < 0) continue;
-#pragma unroll
-      for (int j = 0; j < kElemsPerLane; ++j) {
-        const float term = w[i] * formats::bf16_to_float(formats::lane_elem(v[i], j));
-        acc[j] = acc[j] + term;
-      }
-    }
-  }
-  return lane_pack_bf16(acc);
-}
-
-template <typename F>
-__global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm)
-    ll_combine_kernel(LowLatencyParams p) {
-  ll_follow_previous_kernel();
-  if (block_sees_error(p.err)) return;
-  const WarpCoord c = warp_coord();
-  const RankInfo& info = p.info;
-  // This combine's step (combine_step, as the expand's dispatch_step) tags its slices' flags.
-  const uint64_t tag = kDecodeTag | p.state->combine_step;
-  if (!ll_receive_has_its_send(p, p.state->combine_step, kPhaseCombineWait)) return;
-  const char* self = p.peers.base[info.rank];
-  const int hidden = info.hidden;
-  const int k_slots = info.topk;
-  // Work items are slices of rows (Policy::kDispatchSliceElems elements), so a token's send and
-  // its reduce spread over several warps: sends [0, W*Tmax*slices), reduces [that, + T*slices).
-  const int64_t slices = p.layout.ll_slices;
-  const int64_t slice_elems = Policy::kDispatchSliceElems;
-  const int64_t sends = static_cast<int64_t>(info.world_size) * info.max_tokens * slices;
-  // This launch's items: the sends and the reduces, or one of the two ranges. Every launch counts
-  // its tickets from 0 and its last warp resets them, so the two parts of a hooked combine, one
-  // after the other on the op's order, each start from 0.
-  const int64_t first = p.combine_phase == kLlCombineReceive ? sends : 0;
-  const int64_t end = p.combine_phase == kLlCombineSend ? sends : sends + p.num_tokens * slices;
-  // The step of the dispatch whose rows these are: its flags say which tokens came here.
-  const uint64_t dispatch_step = p.state->dispatch_step;
-  const ReduceArgs reduce{self, p.layout, hidden, info.rank, p.out, tag, p.timeout_ns, p.err};
-  while (true) {
-    const int64_t item = first + take_ticket(&p.tickets[2], c.lane);
-    if (item >= end) break;
-    const bool send = item < sends;
-    const int64_t row_item = (send ? item : item - sends) / slices;
-    const int64_t slice = (send ? item : item - sends) - row_item * slices;
-    const int64_t begin = slice * slice_elems;
-    const int64_t stop = begin + slice_elems < hidden ? begin + slice_elems : hidden;
-    if (send) {
-      const int s = static_cast<int>(row_item / info.max_tokens);
-      const int64_t t = row_item - static_cast<int64_t>(s) * info.max_tokens;
-      const uint64_t flag =
-          __ldcg(reinterpret_cast<const uint64_t*>(self + p.layout.ll_flag_offset(s, t)));
-      if (flag != (dispatch_step << 1 | 1)) continue;  // token t of s did not come here
-      const auto* meta = reinterpret_cast<const float*>(self + p.layout.ll_meta_offset(s, t));
-      const LocalSlots slots =
-          load_local_slots(p.slot_rows + (static_cast<int64_t>(s) * info.max_tokens + t) * k_slots,
-                           meta + k_slots, k_slots, c.lane);
-      // Two warp steps at a time: each already has a group of slots' loads in flight.
-      send_combine_range<F, 2>(
-          [&](int64_t elem) { return weighted_slot_sum(slots, p.y, elem, hidden, k_slots); }, begin,
-          stop, hidden, p.peers.base[s] + p.layout.combine_row_offset(info.rank, t),
-          reinterpret_cast<uint64_t*>(p.peers.base[s] +
-                                      p.layout.ll_ready_offset(info.rank, t, slice)),
-          tag, c.lane);
-    } else {
-      const int64_t t = row_item;
-      const auto flag_offset = [&](int r) { return p.layout.ll_ready_offset(r, t, slice); };
-      if (!reduce_combine_range<F>(reduce, t, p.token_mask[t], begin, stop, flag_offset, c.lane)) {
-        break;
-      }
-    }
-  }
-  // The last warp out resets the tickets for the next launch, which the op's order (stream or
-  // graph) starts only after this one: the two parts of a hooked combine each count from 0. The
-  // fences make every warp's last take of tickets[2] precede its count in tickets[3], and the
-  // last warp's reset follow every count it saw, so no take lands after the reset.
-  if (c.lane == 0) {
-    __threadfence();
-    if (atomicAdd(&p.tickets[3], 1u) == static_cast<unsigned int>(c.num_warps) - 1) {
-      __threadfence();
-      p.tickets[2] = 0;
-      p.tickets[3] = 0;
+                     reinterpret_cast<uint8_t*>(p.slab_scales), shape.scale_units, part - parts,
+                     false, c.lane);
     }
   }
 }

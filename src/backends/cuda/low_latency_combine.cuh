@@ -1,0 +1,138 @@
+// Decode mode's combine kernel (the kernel family and its protocol: low_latency.cuh).
+#pragma once
+
+#include "backends/cuda/combine.cuh"
+#include "backends/cuda/low_latency.cuh"
+
+namespace moe_ep::cuda_backend {
+
+// A token's local slots for one send of decode mode's combine: lane l holds slot l's and slot
+// 32 + l's slab row (-1 when the slot names no expert of this rank) and weight, read once per
+// send, so the loads of y for a group of kLlSlotGroup slots go out together.
+struct LocalSlots {
+  int32_t row[2];
+  float weight[2];
+};
+
+inline constexpr int kLlSlotGroup = 4;
+
+__device__ __forceinline__ LocalSlots load_local_slots(const int32_t* rows, const float* weights,
+                                                       int k_slots, int lane) {
+  LocalSlots s;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int k = h * 32 + lane;
+    s.row[h] = k < k_slots ? __ldcg(rows + k) : -1;
+    s.weight[h] = k < k_slots ? __ldcg(weights + k) : 0.0f;
+  }
+  return s;
+}
+
+// The 8 values at `elem` of p = bf16(sum over local slots k ascending of w_k * y[row_k]), product
+// then add in fp32 (zeros past the row). Every lane of the warp calls it together.
+__device__ __forceinline__ uint4 weighted_slot_sum(const LocalSlots& s, const uint16_t* y,
+                                                   int64_t elem, int hidden, int k_slots) {
+  float acc[kElemsPerLane];
+#pragma unroll
+  for (int j = 0; j < kElemsPerLane; ++j) acc[j] = 0.0f;
+  for (int k0 = 0; k0 < k_slots; k0 += kLlSlotGroup) {
+    int32_t row[kLlSlotGroup];
+    float w[kLlSlotGroup];
+    uint4 v[kLlSlotGroup];
+#pragma unroll
+    for (int i = 0; i < kLlSlotGroup; ++i) {  // the group's loads first, all in flight
+      const int k = k0 + i;
+      const bool high = k >= 32;  // warp-uniform
+      row[i] = __shfl_sync(0xffffffffu, high ? s.row[1] : s.row[0], k & 31);
+      w[i] = __shfl_sync(0xffffffffu, high ? s.weight[1] : s.weight[0], k & 31);
+      if (k >= k_slots) row[i] = -1;
+      v[i] = row[i] >= 0 ? load_lane(y + static_cast<int64_t>(row[i]) * hidden, elem, hidden)
+                         : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int i = 0; i < kLlSlotGroup; ++i) {  // then the sum, in ascending slot order
+      if (row[i] < 0) continue;
+#pragma unroll
+      for (int j = 0; j < kElemsPerLane; ++j) {
+        const float term = w[i] * formats::bf16_to_float(formats::lane_elem(v[i], j));
+        acc[j] = acc[j] + term;
+      }
+    }
+  }
+  return lane_pack_bf16(acc);
+}
+
+template <typename F>
+__global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm)
+    ll_combine_kernel(LowLatencyParams p) {
+  ll_follow_previous_kernel();
+  if (block_sees_error(p.err)) return;
+  const WarpCoord c = warp_coord();
+  const RankInfo& info = p.info;
+  // This combine's step (combine_step, as the expand's dispatch_step) tags its slices' flags.
+  const uint64_t tag = kDecodeTag | p.state->combine_step;
+  if (!ll_receive_has_its_send(p, p.state->combine_step, kPhaseCombineWait)) return;
+  const char* self = p.peers.base[info.rank];
+  const int hidden = info.hidden;
+  const int k_slots = info.topk;
+  // Work items are slices of rows (Policy::kDispatchSliceElems elements), so a token's send and
+  // its reduce spread over several warps: sends [0, W*Tmax*slices), reduces [that, + T*slices).
+  const int64_t slices = p.layout.ll_slices;
+  const int64_t slice_elems = Policy::kDispatchSliceElems;
+  const int64_t sends = static_cast<int64_t>(info.world_size) * info.max_tokens * slices;
+  // This launch's items: the sends and the reduces, or one of the two ranges. Every launch counts
+  // its tickets from 0 and its last warp resets them, so the two parts of a hooked combine, one
+  // after the other on the op's order, each start from 0.
+  const int64_t first = p.combine_phase == kLlCombineReceive ? sends : 0;
+  const int64_t end = p.combine_phase == kLlCombineSend ? sends : sends + p.num_tokens * slices;
+  // The step of the dispatch whose rows these are: its flags say which tokens came here.
+  const uint64_t dispatch_step = p.state->dispatch_step;
+  const ReduceArgs reduce{self, p.layout, hidden, info.rank, p.out, tag, p.timeout_ns, p.err};
+  while (true) {
+    const int64_t item = first + take_ticket(&p.tickets[0], c.lane);
+    if (item >= end) break;
+    const bool send = item < sends;
+    const int64_t row_item = (send ? item : item - sends) / slices;
+    const int64_t slice = (send ? item : item - sends) - row_item * slices;
+    const int64_t begin = slice * slice_elems;
+    const int64_t stop = begin + slice_elems < hidden ? begin + slice_elems : hidden;
+    if (send) {
+      const int s = static_cast<int>(row_item / info.max_tokens);
+      const int64_t t = row_item - static_cast<int64_t>(s) * info.max_tokens;
+      const uint64_t flag =
+          __ldcg(reinterpret_cast<const uint64_t*>(self + p.layout.ll_flag_offset(s, t)));
+      if (flag != (dispatch_step << 1 | 1)) continue;  // token t of s did not come here
+      const auto* meta = reinterpret_cast<const float*>(self + p.layout.ll_meta_offset(s, t));
+      const LocalSlots slots =
+          load_local_slots(p.slot_rows + (static_cast<int64_t>(s) * info.max_tokens + t) * k_slots,
+                           meta + k_slots, k_slots, c.lane);
+      // Two warp steps at a time: each already has a group of slots' loads in flight.
+      send_combine_range<F, 2>(
+          [&](int64_t elem) { return weighted_slot_sum(slots, p.y, elem, hidden, k_slots); }, begin,
+          stop, hidden, p.peers.base[s] + p.layout.combine_row_offset(info.rank, t),
+          reinterpret_cast<uint64_t*>(p.peers.base[s] +
+                                      p.layout.ll_ready_offset(info.rank, t, slice)),
+          tag, c.lane);
+    } else {
+      const int64_t t = row_item;
+      const auto flag_offset = [&](int r) { return p.layout.ll_ready_offset(r, t, slice); };
+      if (!reduce_combine_range<F>(reduce, t, p.token_mask[t], begin, stop, flag_offset, c.lane)) {
+        break;
+      }
+    }
+  }
+  // The last warp out resets the tickets for the next launch, which the op's order (stream or
+  // graph) starts only after this one: the two parts of a hooked combine each count from 0. The
+  // fences make every warp's last take of tickets[0] precede its count in tickets[1], and the
+  // last warp's reset follow every count it saw, so no take lands after the reset.
+  if (c.lane == 0) {
+    __threadfence();
+    if (atomicAdd(&p.tickets[1], 1u) == static_cast<unsigned int>(c.num_warps) - 1) {
+      __threadfence();
+      p.tickets[0] = 0;
+      p.tickets[1] = 0;
+    }
+  }
+}
+
+}  // namespace moe_ep::cuda_backend
