@@ -262,8 +262,8 @@ TEST_F(GpuAgreement, RejectedCreationFailsEveryRankAtOnceAndTheNextWorks) {
   check_round(c, world_size, after[0]);
 }
 
-TEST_F(GpuAgreement, SeveralNodesRejectedOnEveryRankAndTheNextCreationWorks) {
-  // The CUDA backend has no internode path yet (docs/design.md#several-nodes).
+TEST_F(GpuAgreement, DecodeAcrossNodesRejectedOnEveryRankAndTheNextCreationWorks) {
+  // Decode mode has no path across nodes on the CUDA backend yet (docs/multi-node.md).
   const int world_size = 4;
   const OpConfig c = small_config(world_size);
   std::vector<RankOutcome> first(world_size);
@@ -273,6 +273,7 @@ TEST_F(GpuAgreement, SeveralNodesRejectedOnEveryRankAndTheNextCreationWorks) {
   testing::run_world(comms, [&](int rank, const std::shared_ptr<Communicator>& comm) {
     OpConfig two_nodes = c;
     two_nodes.ranks_per_node = 2;
+    two_nodes.low_latency = true;
     first[rank] = testing::outcome_of([&] { create_op(comm, two_nodes); });
     auto op = create_op(comm, c);
     TestStream stream;
@@ -280,8 +281,8 @@ TEST_F(GpuAgreement, SeveralNodesRejectedOnEveryRankAndTheNextCreationWorks) {
   });
   for (int r = 0; r < world_size; ++r) {
     expect_error(first[r], ErrorCode::kInvalidArgument,
-                 {"ranks_per_node=2 < world_size=4: several nodes are not yet supported by the "
-                  "CUDA backend"},
+                 {"ranks_per_node=2 < world_size=4 with low_latency=true: decode mode across "
+                  "nodes is not yet supported by the CUDA backend"},
                  r);
   }
   check_round(c, world_size, after[0]);

@@ -225,7 +225,8 @@ BenchPlan plan_bench(const BenchOptions& o) {
                      ", the number of visible CUDA devices (one rank per GPU)");
   }
   // --ranks-per-node L: 0 < L <= --ranks, dividing it, in either mode (several nodes run on the
-  // CPU backend; the CUDA backend rejects L < W when the op is created).
+  // CPU backend and, in normal mode, on the CUDA backend; CUDA decode mode rejects L < W when
+  // the op is created).
   if (o.ranks_per_node) {
     const int l = *o.ranks_per_node;
     const std::string value = std::to_string(l);

@@ -10,7 +10,9 @@
 //   done       [W src] uint64                       step: src's dispatch rows have landed
 //   dispatch   payload [W*Tmax][payload bytes], scales [W*Tmax][scale bytes],
 //              topk_idx [W*Tmax][K] int32, topk_weights [W*Tmax][K] fp32,
-//              src_rank [W*Tmax] int32, src_token [W*Tmax] int32
+//              src_rank [W*Tmax] int32, src_token [W*Tmax] int32,
+//              fwd_row [W*Tmax] int32 (several nodes: the row's index among what its source
+//              staged for this node, written by the forwarder; where combine sends the row)
 //   combine    rows [W src][Tmax][payload + scale bytes], ready flags [W src][Tmax] uint64
 //   decode mode only (OpConfig::low_latency; sized 0 otherwise):
 //   ll steps   [2 parities][W src] {info, tag}      the decode calls' own step words
@@ -48,6 +50,7 @@ struct BufferLayout {
     kTopkWeights,
     kSrcRank,
     kSrcToken,
+    kFwdRow,
     kCombineRows,
     kCombineFlags,
     kLlSteps,
@@ -104,6 +107,7 @@ struct BufferLayout {
                                         rows * topk * 4,                // topk_weights
                                         rows * 4,                       // src_rank
                                         rows * 4,                       // src_token
+                                        rows * 4,                       // fwd_row
                                         rows * l.combine_row_bytes,     // combine rows
                                         8 * rows,                       // combine flags
                                         ll * 16 * 2 * w,                // ll steps
@@ -161,9 +165,12 @@ struct BufferLayout {
   }
   MOE_EP_HD int64_t recv_src_rank_offset(int64_t row) const { return offset[kSrcRank] + row * 4; }
   MOE_EP_HD int64_t recv_src_token_offset(int64_t row) const { return offset[kSrcToken] + row * 4; }
+  MOE_EP_HD int64_t recv_fwd_row_offset(int64_t row) const { return offset[kFwdRow] + row * 4; }
 
   // combine: source rank r's row for token t, and its ready flag (equal to the step of the
-  // combine once the row has landed).
+  // combine once the row has landed). Several nodes: a forwarder of node f receives only its own
+  // node's rows as a source, so the slots of the other nodes' ranks hold what it forwards back:
+  // slot (m * L + q, j) is rank q of node f's row for staged row j from node m.
   MOE_EP_HD int64_t combine_row_offset(int src, int64_t token) const {
     return offset[kCombineRows] +
            (static_cast<int64_t>(src) * max_tokens + token) * combine_row_bytes;

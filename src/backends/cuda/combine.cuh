@@ -63,6 +63,34 @@ struct ReduceArgs {
   ErrorSink err;
 };
 
+// Adds the decoded elements [base, base + kUnroll warp steps) of one combine-format row (payload,
+// then scales at payload_bytes) to acc, clipped to `end`: one lane's 8 elements per step.
+template <typename F, int kUnroll>
+__device__ __forceinline__ void add_row_steps(const char* row, int64_t payload_bytes, int64_t base,
+                                              int64_t end, int lane,
+                                              float (&acc)[kUnroll][kElemsPerLane]) {
+  LaneWord<F> words[kUnroll];
+  typename F::Scale scales[kUnroll];
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    const int64_t elem = base + u * kElemsPerWarpStep + lane * kElemsPerLane;
+    if (elem < end) {
+      words[u] = load_word<F>(row, elem);
+      if constexpr (F::kBlock != 0) {
+        scales[u] = __ldcg(reinterpret_cast<const typename F::Scale*>(row + payload_bytes) +
+                           elem / F::kBlock);
+      } else {
+        scales[u] = typename F::Scale{};
+      }
+    }
+  }
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    const int64_t elem = base + u * kElemsPerWarpStep + lane * kElemsPerLane;
+    if (elem < end) lane_decode_add<F>(words[u], scales[u], acc[u]);
+  }
+}
+
 // Receiver role for elements [begin, end) of token t, whose rows come from the ranks in `mask`;
 // `flag_offset(r)` is where rank r's ready flag for that range lives in this rank's buffer.
 // Returns false when a wait gave up (timeout or another error).
@@ -90,27 +118,8 @@ __device__ __forceinline__ bool reduce_combine_range(const ReduceArgs& a, int64_
     }
     for (uint64_t m = mask; m != 0;) {  // ascending rank order
       const int r = next_dest(m);
-      const char* row = a.self + a.layout.combine_row_offset(r, t);
-      LaneWord<F> words[kCombineUnroll];
-      typename F::Scale scales[kCombineUnroll];
-#pragma unroll
-      for (int u = 0; u < kCombineUnroll; ++u) {
-        const int64_t elem = base + u * kElemsPerWarpStep + lane * kElemsPerLane;
-        if (elem < end) {
-          words[u] = load_word<F>(row, elem);
-          if constexpr (F::kBlock != 0) {
-            scales[u] = __ldcg(reinterpret_cast<const typename F::Scale*>(row + payload_bytes) +
-                               elem / F::kBlock);
-          } else {
-            scales[u] = typename F::Scale{};
-          }
-        }
-      }
-#pragma unroll
-      for (int u = 0; u < kCombineUnroll; ++u) {
-        const int64_t elem = base + u * kElemsPerWarpStep + lane * kElemsPerLane;
-        if (elem < end) lane_decode_add<F>(words[u], scales[u], acc[u]);
-      }
+      add_row_steps<F, kCombineUnroll>(a.self + a.layout.combine_row_offset(r, t), payload_bytes,
+                                       base, end, lane, acc);
     }
 #pragma unroll
     for (int u = 0; u < kCombineUnroll; ++u) {
@@ -124,20 +133,29 @@ __device__ __forceinline__ bool reduce_combine_range(const ReduceArgs& a, int64_
 }
 
 // Normal mode's sender role for received row i: the row of y, to (source rank, source token).
+// Several nodes: a row from another node's source goes to the forwarder it came through, at slot
+// (source node * L + this rank's index in its node, staged row) (layout.h, combine).
 template <typename F>
 __device__ __forceinline__ void send_received_row(const CombineParams& p, int64_t i, int lane) {
   const RankInfo& info = p.info;
   const char* self = p.peers.base[info.rank];
   const int hidden = info.hidden;
   const int src = __ldcg(reinterpret_cast<const int32_t*>(self + p.layout.recv_src_rank_offset(i)));
-  const int token =
+  int dest = src, slot = info.rank;
+  int64_t token =
       __ldcg(reinterpret_cast<const int32_t*>(self + p.layout.recv_src_token_offset(i)));
+  const int src_node = src / p.nodes.node_size;
+  if (src_node != p.nodes.node) {
+    dest = p.nodes.rail_peer(src, p.nodes.node);
+    slot = p.nodes.rail_peer(info.rank, src_node);
+    token = __ldcg(reinterpret_cast<const int32_t*>(self + p.layout.recv_fwd_row_offset(i)));
+  }
   const uint16_t* y = p.y + i * hidden;
-  send_combine_range<F>([&](int64_t elem) { return load_lane(y, elem, hidden); }, 0, hidden, hidden,
-                        p.peers.base[src] + p.layout.combine_row_offset(info.rank, token),
-                        reinterpret_cast<uint64_t*>(p.peers.base[src] +
-                                                    p.layout.combine_flag_offset(info.rank, token)),
-                        p.step, lane);
+  send_combine_range<F>(
+      [&](int64_t elem) { return load_lane(y, elem, hidden); }, 0, hidden, hidden,
+      p.peers.base[dest] + p.layout.combine_row_offset(slot, token),
+      reinterpret_cast<uint64_t*>(p.peers.base[dest] + p.layout.combine_flag_offset(slot, token)),
+      p.step, lane);
 }
 
 template <typename F>

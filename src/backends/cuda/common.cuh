@@ -110,15 +110,11 @@ struct NoLastBlockStores {
   __device__ void operator()() const {}
 };
 
-// Last-block-done signal: every thread fences its own stores, the block counts itself in, and the
-// last block of the grid release-stores `value` at byte `offset` of every peer buffer.
-// `last_block_stores`, when given, runs on every thread of the last block first; its stores are
-// fenced at system scope before the release, so a peer that sees `value` sees them too.
-// `counter` is reset by the last block for the next launch.
-template <typename LastBlockStores = NoLastBlockStores>
-__device__ inline void signal_when_grid_done(unsigned int* counter, char* const* peers,
-                                             int world_size, int64_t offset, uint64_t value,
-                                             LastBlockStores last_block_stores = {}) {
+// Grid-wide completion: every thread fences its own stores at system scope, the block counts
+// itself in, and every thread of the last block runs `last(counter)` (after a device-scope fence,
+// so it sees what every block stored), then resets `counter` for the next launch.
+template <typename Last>
+__device__ inline void when_grid_done(unsigned int* counter, Last last) {
   __threadfence_system();
   __syncthreads();
   __shared__ bool is_last;
@@ -129,15 +125,29 @@ __device__ inline void signal_when_grid_done(unsigned int* counter, char* const*
   __syncthreads();
   if (!is_last) return;
   __threadfence();
-  if constexpr (!std::is_same_v<LastBlockStores, NoLastBlockStores>) {
-    last_block_stores();
-    __threadfence_system();
-    __syncthreads();
-  }
-  for (int p = threadIdx.x; p < world_size; p += blockDim.x) {
-    st_release_sys(reinterpret_cast<uint64_t*>(peers[p] + offset), value);
-  }
+  last();
   if (threadIdx.x == 0) *counter = 0;
+}
+
+// Last-block-done signal: every thread fences its own stores, the block counts itself in, and the
+// last block of the grid release-stores `value` at byte `offset` of every peer buffer.
+// `last_block_stores`, when given, runs on every thread of the last block first; its stores are
+// fenced at system scope before the release, so a peer that sees `value` sees them too.
+// `counter` is reset by the last block for the next launch.
+template <typename LastBlockStores = NoLastBlockStores>
+__device__ inline void signal_when_grid_done(unsigned int* counter, char* const* peers,
+                                             int world_size, int64_t offset, uint64_t value,
+                                             LastBlockStores last_block_stores = {}) {
+  when_grid_done(counter, [&] {
+    if constexpr (!std::is_same_v<LastBlockStores, NoLastBlockStores>) {
+      last_block_stores();
+      __threadfence_system();
+      __syncthreads();
+    }
+    for (int p = threadIdx.x; p < world_size; p += blockDim.x) {
+      st_release_sys(reinterpret_cast<uint64_t*>(peers[p] + offset), value);
+    }
+  });
 }
 
 }  // namespace moe_ep::cuda_backend

@@ -144,11 +144,13 @@ std::shared_ptr<Op> create_op(const std::shared_ptr<Communicator>& comm, const O
     check_config(config, cuda->size());
     MOE_EP_CHECK_ARG(cuda->size() <= Policy::kMaxPeers, "world_size=", cuda->size(),
                      " exceeds the CUDA backend's limit of ", Policy::kMaxPeers, " ranks");
-    // Several nodes (docs/design.md#several-nodes) need the forwarding path, not built yet.
-    MOE_EP_CHECK_ARG(config.ranks_per_node == 0 || config.ranks_per_node == cuda->size(),
-                     "ranks_per_node=", config.ranks_per_node, " < world_size=", cuda->size(),
-                     ": several nodes are not yet supported by the CUDA backend (use "
-                     "ranks_per_node=0, one node)");
+    // Several nodes (docs/multi-node.md): normal mode forwards through the transport; decode
+    // mode's capturable path across nodes is not built yet.
+    MOE_EP_CHECK_ARG(
+        !config.low_latency || config.ranks_per_node == 0 || config.ranks_per_node == cuda->size(),
+        "ranks_per_node=", config.ranks_per_node, " < world_size=", cuda->size(),
+        " with low_latency=true: decode mode across nodes is not yet supported by "
+        "the CUDA backend (use ranks_per_node=0, one node, or the CPU backend)");
     num_sms = resolve_num_sms(config, *cuda);
   } catch (const InvalidArgument& e) {
     rejection = e.what();

@@ -69,6 +69,30 @@ CudaOp::CudaOp(std::shared_ptr<CudaComm> comm, const OpConfig& config, int num_s
     ll_src_token_ = DeviceArray<int32_t>(device_, slab_rows);
     ll_src_slot_ = DeviceArray<int32_t>(device_, slab_rows);
   }
+  const int node_size = config.ranks_per_node > 0 ? config.ranks_per_node : world_size_;
+  nodes_.node_size = node_size;
+  nodes_.num_nodes = world_size_ / node_size;
+  nodes_.node = rank_ / node_size;
+  if (nodes_.several()) {
+    const size_t remote = static_cast<size_t>(nodes_.num_nodes - 1);
+    const size_t rows = remote * config.max_tokens_per_rank;
+    stage_layout_ = StageLayout::make(dispatch_wire.payload_bytes, dispatch_wire.scale_bytes,
+                                      config.topk, node_size);
+    node_pos_ = DeviceArray<int32_t>(
+        device_, static_cast<size_t>(nodes_.num_nodes) * config.max_tokens_per_rank);
+    node_rows_ = DeviceArray<int32_t>(device_, nodes_.num_nodes);
+    forwarded_rows_ = DeviceArray<int32_t>(device_, remote);
+    stage_out_ = DeviceArray<char>(device_, rows * stage_layout_.stride);
+    stage_in_ = DeviceArray<char>(device_, rows * stage_layout_.stride);
+    partial_bf16_ = DeviceArray<uint16_t>(device_, rows * config.hidden);
+    partial_out_ = DeviceArray<char>(device_, rows * layout_.combine_row_bytes);
+    partial_in_ = DeviceArray<char>(device_, rows * layout_.combine_row_bytes);
+    forward_counter_ = DeviceArray<unsigned int>(device_, 1);
+    forward_counter_.zero(comm_->internal_stream());
+    scratch_flag_ = DeviceArray<uint64_t>(device_, 1);
+    staged_rows_.assign(remote, 0);
+    forwarded_rows_host_.assign(remote, 0);
+  }
   buffer_ = comm_->allocate(static_cast<size_t>(layout_.total_bytes()));
   MOE_EP_LOG(LogLevel::kInfo, "cuda op uid ", uid_, " rank ", rank_, "/", world_size_, ": ",
              num_sms_, " SMs (", data_blocks_, " data blocks), buffer ", layout_.total_bytes(),
@@ -203,10 +227,22 @@ DispatchResult CudaOp::dispatch(const DispatchArgs& args) {
                       timeout_ns(),
                       sink};
       MOE_EP_CUDA_CHECK(launch_notify(np, num_sms_ * Policy::kNotifyBlocksPerSm, stream));
+      if (nodes_.several()) {
+        const NodePositionsParams pp{info,
+                                     nodes_,
+                                     pos_.get(),
+                                     static_cast<int32_t>(num_tokens),
+                                     node_pos_.get(),
+                                     node_rows_.get(),
+                                     host_.device()->node_staged,
+                                     sink};
+        MOE_EP_CUDA_CHECK(launch_node_positions(pp, stream));
+      }
       MOE_EP_CUDA_CHECK(cudaEventRecord(notified_.get(), stream));
       // The data kernel needs only device state (positions, offsets), so it is queued before
       // the host learns num_recv; it moves nothing when the step or notify failed.
       DispatchParams dp{info,
+                        nodes_,
                         buffer_->peers(),
                         layout_,
                         args.x.data,
@@ -219,9 +255,13 @@ DispatchResult CudaOp::dispatch(const DispatchArgs& args) {
                         block_counter_.get(),
                         steps_,
                         timeout_ns(),
-                        sink};
-      MOE_EP_CUDA_CHECK(
-          launch_dispatch(config_.dispatch_dtype, prequantized, dp, data_blocks_, stream));
+                        sink,
+                        node_pos_.get(),
+                        stage_out_.get(),
+                        stage_layout_};
+      MOE_EP_CUDA_CHECK(launch_dispatch(config_.dispatch_dtype, prequantized, dp, data_blocks_,
+                                        stream, /*with_wait=*/!nodes_.several()));
+      if (nodes_.several()) forward_staged_rows(dp, stream);
     }
     end_call(stream);
     // Bounded: every device wait times out.
@@ -271,20 +311,24 @@ void CudaOp::combine(const Handle& handle, const TensorView& y, const TensorView
   try {
     if (have_call_) MOE_EP_CUDA_CHECK(cudaStreamWaitEvent(stream, call_done_.get(), 0));
     begin_step(stream, verdict);
+    if (nodes_.several()) MOE_EP_CUDA_CHECK(cudaEventRecord(notified_.get(), stream));
     if (accepted) {
+      // Several nodes: this launch only sends; combine_across_nodes sums.
       CombineParams cp{rank_info(),
+                       nodes_,
                        buffer_->peers(),
                        layout_,
                        y.ptr<uint16_t>(),
                        handle.num_recv,
                        out.ptr<uint16_t>(),
-                       static_cast<int32_t>(handle.num_tokens),
+                       nodes_.several() ? 0 : static_cast<int32_t>(handle.num_tokens),
                        pos_.get(),
                        counters_.get() + 2,
                        steps_,
                        timeout_ns(),
                        error_sink()};
       MOE_EP_CUDA_CHECK(launch_combine(config_.combine_dtype, cp, data_blocks_, stream));
+      if (nodes_.several()) combine_across_nodes(handle, out, stream);
     }
     end_call(stream);
     if (!accepted) MOE_EP_CUDA_CHECK(cudaEventSynchronize(call_done_.get()));

@@ -51,6 +51,10 @@ class CudaOp final : public OpBase {
     StepOutcome step;
     StepReason my_reason;
     int64_t num_recv;
+    // Several nodes: rows this rank staged per node [N] (node_positions_kernel) and rows the
+    // rail peers staged for this node, by remote node slot [N - 1].
+    int32_t node_staged[Policy::kMaxPeers];
+    int32_t node_forwarded[Policy::kMaxPeers];
   };
 
   RankInfo rank_info() const;
@@ -71,6 +75,18 @@ class CudaOp final : public OpBase {
   void launch_validation(const DispatchArgs& args, bool prequantized, int64_t num_tokens,
                          cudaStream_t stream);
   void end_call(cudaStream_t stream);
+  // Several nodes (nodes_op.cc). After the data kernel: once the step is known to have passed,
+  // the staged row counts, then the staged rows, cross the transport and this rank forwards
+  // what it received; then the wait for every source's done word.
+  void forward_staged_rows(const DispatchParams& dp, cudaStream_t stream);
+  // After the combine's sends (combine_kernel without reduce items): this rank's forwarder
+  // partials, then (once the step is known to have passed) the partials cross the transport and
+  // the node-ordered sum writes `out`.
+  void combine_across_nodes(const Handle& handle, const TensorView& out, cudaStream_t stream);
+  // True when this rank's device error record is clear (after a host wait on `event`): the step
+  // passed on every rank and nothing failed, so every rank takes the transport's exchange.
+  bool step_passed(cudaEvent_t event);
+  NodeParams node_params() const;
   // Raises what the device reported for the call that ended (or an earlier asynchronous one):
   // calls out of step (InvalidUsage), this rank's own rejection, a peer's rejection
   // (InvalidArgument; the op stays usable), or a timeout (poisons). `mine` is this rank's
@@ -116,6 +132,24 @@ class CudaOp final : public OpBase {
   // receive part that finds its send part never ran reports the call number of the latest
   // dispatch that did run, and raise_device_error makes that one the latest again.
   std::vector<LowLatencyHandle> accepted_low_latency_;
+  // Several nodes (ranks_per_node < W), allocated only then; N - 1 remote nodes by slot. Their
+  // host-visible counts live in HostShared: a creation allocates no mapped memory of its own
+  // beyond it (freeing pinned memory waits for the whole device).
+  NodeInfo nodes_;
+  StageLayout stage_layout_;
+  DeviceArray<int32_t> node_pos_;              // [N, Tmax]
+  DeviceArray<int32_t> node_rows_;             // [N] staged rows per node (the count parts)
+  DeviceArray<int32_t> forwarded_rows_;        // [N - 1] received count parts
+  DeviceArray<char> stage_out_;                // [N - 1, Tmax, stride]
+  DeviceArray<char> stage_in_;                 // [N - 1, Tmax, stride]
+  DeviceArray<uint16_t> partial_bf16_;         // [N - 1, Tmax, H]
+  DeviceArray<char> partial_out_;              // [N - 1, Tmax, combine row bytes]
+  DeviceArray<char> partial_in_;               // [N - 1, Tmax, combine row bytes]
+  DeviceArray<unsigned int> forward_counter_;  // [1]
+  DeviceArray<uint64_t> scratch_flag_;         // [1]
+  // The transfers of the latest dispatch that moved data, by remote node slot: what this rank
+  // staged (its partials come back in the same numbers) and what it forwarded.
+  std::vector<int32_t> staged_rows_, forwarded_rows_host_;
   // Decode mode, allocated only with OpConfig::low_latency.
   DeviceArray<LowLatencyState> ll_state_;  // [1]
   DeviceArray<unsigned int> ll_tickets_;   // [3]

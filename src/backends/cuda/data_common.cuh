@@ -76,6 +76,12 @@ __device__ __forceinline__ TokenRoutes token_routes(const int32_t* pos, const in
   return r;
 }
 
+// The ranks of this rank's node, as a destination mask (every rank with one node).
+__device__ __forceinline__ uint64_t own_node_mask(const NodeInfo& nodes) {
+  const uint64_t ones = nodes.node_size >= 64 ? ~uint64_t{0} : (uint64_t{1} << nodes.node_size) - 1;
+  return ones << nodes.first_rank();
+}
+
 __device__ __forceinline__ int next_dest(uint64_t& m) {
   const int d = __ffsll(static_cast<long long>(m)) - 1;
   m &= m - 1;

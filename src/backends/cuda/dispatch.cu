@@ -4,22 +4,26 @@
 namespace moe_ep::cuda_backend {
 
 template <typename F, bool kPrequantized>
-static cudaError_t launch_dispatch_as(const DispatchParams& p, int num_blocks,
-                                      cudaStream_t stream) {
+static cudaError_t launch_dispatch_as(const DispatchParams& p, int num_blocks, cudaStream_t stream,
+                                      bool with_wait) {
   dispatch_kernel<F, kPrequantized><<<num_blocks, Policy::kDataThreads, 0, stream>>>(p);
   cudaError_t status = cudaGetLastError();
-  if (status != cudaSuccess) return status;
-  dispatch_wait_kernel<<<1, Policy::kMaxPeers, 0, stream>>>(p);
-  return cudaGetLastError();
+  if (status != cudaSuccess || !with_wait) return status;
+  return launch_dispatch_wait(p, stream);
 }
 
 cudaError_t launch_dispatch(DispatchDtype dtype, bool prequantized, const DispatchParams& p,
-                            int num_blocks, cudaStream_t stream) {
+                            int num_blocks, cudaStream_t stream, bool with_wait) {
   return formats::visit_format(dtype, [&](auto format) {
     using F = decltype(format);
-    return prequantized ? launch_dispatch_as<F, true>(p, num_blocks, stream)
-                        : launch_dispatch_as<F, false>(p, num_blocks, stream);
+    return prequantized ? launch_dispatch_as<F, true>(p, num_blocks, stream, with_wait)
+                        : launch_dispatch_as<F, false>(p, num_blocks, stream, with_wait);
   });
+}
+
+cudaError_t launch_dispatch_wait(const DispatchParams& p, cudaStream_t stream) {
+  dispatch_wait_kernel<<<1, Policy::kMaxPeers, 0, stream>>>(p);
+  return cudaGetLastError();
 }
 
 cudaError_t preload_dispatch_kernels() {

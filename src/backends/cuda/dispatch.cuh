@@ -3,7 +3,9 @@
 // bf16 once (16 bytes a lane, four 256-element steps in flight), encodes it to the wire format
 // in registers and stores the result straight into the receive buffer of every destination
 // rank at its canonical row (computed by notify); the warp with a row's first slice also writes
-// the row's metadata. Slices keep small batches from waiting on one warp per row. Nothing in the
+// the row's metadata. With several nodes only this node's ranks are stored into; a token bound
+// for another node is written once per such node into a staged row (StageLayout) that the
+// transport carries to the forwarder there (nodes.cuh). Slices keep small batches from waiting on one warp per row. Nothing in the
 // kernel waits, so any resident subset of its blocks finishes it; the last block releases the
 // per-source done flag in every destination, and dispatch_wait_kernel waits for all sources'.
 #pragma once
@@ -53,12 +55,44 @@ __device__ __forceinline__ void send_metadata(const DispatchParams& p, const Rec
   }
 }
 
+// Several nodes: where token t's staged row for remote node n goes, its j-th for that node.
+__device__ __forceinline__ char* stage_row(const DispatchParams& p, int n, int64_t j) {
+  return p.stage +
+         (static_cast<int64_t>(p.nodes.slot(n)) * p.info.max_tokens + j) * p.stage_layout.stride;
+}
+
+// The nodes other than this rank's that token t goes to (bit n), and its staged row for each
+// (row(n)): a TokenRoutes over nodes, read from the node positions.
+__device__ __forceinline__ TokenRoutes staged_routes(const DispatchParams& p, int64_t t, int lane) {
+  if (!p.nodes.several()) return TokenRoutes{0, -1, -1};
+  TokenRoutes r = token_routes(p.node_pos, nullptr, p.info.max_tokens, p.nodes.num_nodes, t, lane);
+  r.mask &= ~(uint64_t{1} << p.nodes.node);
+  return r;
+}
+
+// Sender role, several nodes: a staged row's metadata (StageLayout), for remote node n. Every
+// lane must call it (routes.row shuffles).
+__device__ __forceinline__ void stage_metadata(const DispatchParams& p, char* row, int n,
+                                               const TokenRoutes& routes, int64_t t, int lane) {
+  const RankInfo& info = p.info;
+  const StageLayout& s = p.stage_layout;
+  for (int k = lane; k < info.topk; k += 32) {
+    reinterpret_cast<int32_t*>(row + s.ids)[k] = p.topk_idx[t * info.topk + k];
+    reinterpret_cast<float*>(row + s.weights)[k] = p.topk_weights[t * info.topk + k];
+  }
+  for (int q = 0; q < p.nodes.node_size; ++q) {
+    const int64_t dest_row = routes.row(n * p.nodes.node_size + q);
+    if (lane == 0) reinterpret_cast<int32_t*>(row + s.rows)[q] = static_cast<int32_t>(dest_row);
+  }
+  if (lane == 0) *reinterpret_cast<int32_t*>(row + s.meta) = static_cast<int32_t>(t);
+}
+
 // Sender role, payload from bf16: encode the slice [begin, begin + 1024) of row t (clipped to
 // the row) 256 elements a step, each step once, and store it to every destination.
 template <typename F>
 __device__ __forceinline__ void send_encoded(const DispatchParams& p, const RecvFields& f,
                                              int64_t t, int64_t begin, const TokenRoutes& routes,
-                                             int lane) {
+                                             uint64_t direct, const TokenRoutes& staged, int lane) {
   const int hidden = p.info.hidden;
   const int64_t payload_bytes = p.layout.dispatch_payload_bytes;
   const int64_t scale_bytes = p.layout.dispatch_scale_bytes;
@@ -75,7 +109,7 @@ __device__ __forceinline__ void send_encoded(const DispatchParams& p, const Recv
     typename F::Params params;
     LaneWord<F> word;
     formats::encode_lane<F>(v[u], word, params);
-    for (uint64_t m = routes.mask; m != 0;) {
+    for (uint64_t m = direct; m != 0;) {
       const int d = next_dest(m);
       const int64_t row = routes.row(d);
       char* peer = p.peers.base[d];
@@ -84,13 +118,19 @@ __device__ __forceinline__ void send_encoded(const DispatchParams& p, const Recv
                       elem, word, params);
       }
     }
+    for (uint64_t m = staged.mask; m != 0;) {
+      const int n = next_dest(m);
+      char* row = stage_row(p, n, staged.row(n));
+      if (elem < hidden) store_lane<F>(row, row + payload_bytes, elem, word, params);
+    }
   }
 }
 
 // Sender role, pre-quantized payload and scales: 16-byte copies of the payload, byte copies of
 // the scales (a few dozen bytes per row).
 __device__ __forceinline__ void send_bytes(const DispatchParams& p, const RecvFields& f, int64_t t,
-                                           const TokenRoutes& routes, int lane) {
+                                           const TokenRoutes& routes, uint64_t direct,
+                                           const TokenRoutes& staged, int lane) {
   const int64_t payload = p.layout.dispatch_payload_bytes;
   const int64_t scale_bytes = p.layout.dispatch_scale_bytes;
   const auto* src = reinterpret_cast<const uint4*>(static_cast<const char*>(p.x) + t * payload);
@@ -103,22 +143,33 @@ __device__ __forceinline__ void send_bytes(const DispatchParams& p, const RecvFi
       const int64_t i = base + u * 32 + lane;
       if (i < vectors) v[u] = load_stream(src + i);
     }
-    for (uint64_t m = routes.mask; m != 0;) {
-      const int d = next_dest(m);
-      const int64_t row = routes.row(d);
-      auto* dst = reinterpret_cast<uint4*>(p.peers.base[d] + f.payload + row * payload);
+    const auto store = [&](uint4* dst) {
 #pragma unroll
       for (int u = 0; u < kDispatchUnroll; ++u) {
         const int64_t i = base + u * 32 + lane;
         if (i < vectors) dst[i] = v[u];
       }
+    };
+    for (uint64_t m = direct; m != 0;) {
+      const int d = next_dest(m);
+      store(reinterpret_cast<uint4*>(p.peers.base[d] + f.payload + routes.row(d) * payload));
+    }
+    for (uint64_t m = staged.mask; m != 0;) {
+      const int n = next_dest(m);
+      store(reinterpret_cast<uint4*>(stage_row(p, n, staged.row(n))));
     }
   }
-  for (uint64_t m = routes.mask; m != 0;) {
-    const int d = next_dest(m);
-    const int64_t row = routes.row(d);
-    uint8_t* dst = reinterpret_cast<uint8_t*>(p.peers.base[d] + f.scales + row * scale_bytes);
+  const auto store_scales = [&](uint8_t* dst) {
     for (int64_t i = lane; i < scale_bytes; i += 32) dst[i] = src_scales[i];
+  };
+  for (uint64_t m = direct; m != 0;) {
+    const int d = next_dest(m);
+    store_scales(
+        reinterpret_cast<uint8_t*>(p.peers.base[d] + f.scales + routes.row(d) * scale_bytes));
+  }
+  for (uint64_t m = staged.mask; m != 0;) {
+    const int n = next_dest(m);
+    store_scales(reinterpret_cast<uint8_t*>(stage_row(p, n, staged.row(n)) + payload));
   }
 }
 
@@ -142,21 +193,30 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
     const int64_t first = (item - t * items_per_row) * slices_per_item;
     const TokenRoutes routes =
         token_routes(p.pos, p.send_offset, info.max_tokens, info.world_size, t, c.lane);
+    // Several nodes: stores reach this node's ranks; other nodes get one staged row each.
+    const uint64_t direct = routes.mask & own_node_mask(p.nodes);
+    const TokenRoutes staged = staged_routes(p, t, c.lane);
     if (first == 0) {
-      for (uint64_t m = routes.mask; m != 0;) {
+      for (uint64_t m = direct; m != 0;) {
         const int d = next_dest(m);
         send_metadata(p, fields, p.peers.base[d], d, routes.row(d), t, c.lane);
       }
+      for (uint64_t m = staged.mask; m != 0;) {
+        const int n = next_dest(m);
+        stage_metadata(p, stage_row(p, n, staged.row(n)), n, routes, t, c.lane);
+      }
     }
     if constexpr (kPrequantized) {
-      send_bytes(p, fields, t, routes, c.lane);
+      send_bytes(p, fields, t, routes, direct, staged, c.lane);
     } else {
       for (int64_t slice = first; slice < first + slices_per_item; ++slice) {
-        send_encoded<F>(p, fields, t, slice * kDispatchSliceElems, routes, c.lane);
+        send_encoded<F>(p, fields, t, slice * kDispatchSliceElems, routes, direct, staged, c.lane);
       }
     }
   }
-  signal_when_grid_done(p.block_counter, p.peers.base, info.world_size,
+  // This rank's done word in its node's ranks (every rank with one node); the other nodes' ranks
+  // get it from their forwarder (nodes.cuh).
+  signal_when_grid_done(p.block_counter, p.peers.base + p.nodes.first_rank(), p.nodes.node_size,
                         p.layout.done_offset(info.rank), p.step);
 }
 

@@ -32,6 +32,51 @@ struct RankInfo {
   int32_t max_tokens = 0;
 };
 
+// Several nodes (docs/multi-node.md, "The CUDA path across nodes"): ranks [n*L, (n+1)*L) form
+// node n. With one node (L = W) every hierarchical field below is unused and the kernels take
+// their one-node paths.
+struct NodeInfo {
+  int32_t node_size = 1;  // L
+  int32_t num_nodes = 1;  // N = W / L
+  int32_t node = 0;       // this rank's node
+  MOE_EP_HD bool several() const { return num_nodes > 1; }
+  MOE_EP_HD int32_t first_rank() const { return node * node_size; }
+  // Remote node n's index in the buffers kept per remote node ([N - 1, ...]), n != node.
+  MOE_EP_HD int32_t slot(int32_t n) const { return n < node ? n : n - 1; }
+  MOE_EP_HD int32_t node_of_slot(int32_t s) const { return s < node ? s : s + 1; }
+  // Rank `rank`'s peer on node n with the same index inside its node: the forwarder of what
+  // `rank` sends to node n, and the source whose rows `rank` forwards from node n.
+  MOE_EP_HD int32_t rail_peer(int32_t rank, int32_t n) const {
+    return n * node_size + rank % node_size;
+  }
+};
+
+// One staged row: what a source sends the forwarder on another node for one token, in one
+// piece. payload [payload bytes], scales [scale bytes], then at `meta` (4-byte aligned): the
+// source token (int32), its K global expert ids (int32), its K weights (fp32) and, for each of
+// the node's L ranks, the row the token takes in that rank's receive rows (int32, -1: none).
+// `stride` is a multiple of 16, so every staged row's payload is 16-byte aligned.
+struct StageLayout {
+  int64_t payload_bytes = 0;
+  int64_t scale_bytes = 0;
+  int64_t meta = 0;
+  int64_t ids = 0;
+  int64_t weights = 0;
+  int64_t rows = 0;
+  int64_t stride = 0;
+  static StageLayout make(int64_t payload_bytes, int64_t scale_bytes, int topk, int node_size) {
+    StageLayout s;
+    s.payload_bytes = payload_bytes;
+    s.scale_bytes = scale_bytes;
+    s.meta = (payload_bytes + scale_bytes + 3) / 4 * 4;
+    s.ids = s.meta + 4;
+    s.weights = s.ids + 4 * static_cast<int64_t>(topk);
+    s.rows = s.weights + 4 * static_cast<int64_t>(topk);
+    s.stride = (s.rows + 4 * static_cast<int64_t>(node_size) + 15) / 16 * 16;
+    return s;
+  }
+};
+
 // The agreement every call starts with (docs/design.md#collective-calls-and-agreement): thread
 // q stores this rank's step word (and, when it rejects, its reason) into peer q, then waits for
 // peer q's word of the same step in this rank's buffer and compares the calls.
@@ -76,8 +121,22 @@ struct NotifyParams {
   ErrorSink err;
 };
 
+// Several nodes, after notify: the position of each token among this rank's tokens bound for
+// node n (any of its ranks), by a block scan per node, and the rows staged for each node.
+struct NodePositionsParams {
+  RankInfo info;
+  NodeInfo nodes;
+  const int32_t* pos;  // [W, max_tokens] from notify
+  int32_t num_tokens;
+  int32_t* node_pos;   // [N, max_tokens]: row of token t among those staged for node n, or -1
+  int32_t* node_rows;  // [N]: tokens bound for node n (device, the transport's count parts)
+  int32_t* host_rows;  // [N]: the same, in mapped host memory
+  ErrorSink err;
+};
+
 struct DispatchParams {
   RankInfo info;
+  NodeInfo nodes;
   PeerTable peers;
   BufferLayout layout;
   const void* x;              // [T, H] bf16, or pre-quantized payload [T, payload_bytes]
@@ -91,10 +150,43 @@ struct DispatchParams {
   uint64_t step;
   uint64_t timeout_ns;
   ErrorSink err;
+  // Several nodes: rows bound for another node are staged (StageLayout) instead of stored.
+  const int32_t* node_pos;  // [N, max_tokens] (NodePositionsParams)
+  char* stage;              // [N - 1, max_tokens, stage.stride], by remote node slot
+  StageLayout stage_layout;
+};
+
+// Several nodes: the forwarder's side. rows_in[m] staged rows arrived from the rail peer on
+// remote node slot m; each is stored into the receive rows of every rank of this node it names
+// (with the source fields of its source and its staged index in fwd_row), then the done word of
+// each of those sources is released in every rank of the node. Also the combine's forwarder
+// partials (node_partial_kernel) and the source's node-ordered sum (node_reduce_kernel).
+struct NodeParams {
+  RankInfo info;
+  NodeInfo nodes;
+  PeerTable peers;
+  BufferLayout layout;
+  StageLayout stage_layout;
+  const char* stage_in;  // [N - 1, max_tokens, stage.stride]
+  int32_t rows_in[Policy::kMaxPeers];
+  unsigned int* block_counter;  // [1] forward kernel's last-block-done counter
+  // combine
+  uint16_t* partial_bf16;   // [N - 1, max_tokens, H] the forwarder's sums, rounded
+  char* partial_out;        // [N - 1, max_tokens, combine row bytes] encoded, to send back
+  const char* partial_in;   // [N - 1, max_tokens, combine row bytes] from the forwarders
+  uint64_t* scratch_flag;   // where partial encodes put their (unread) ready flag
+  const int32_t* pos;       // [W, max_tokens] of the matching dispatch
+  const int32_t* node_pos;  // [N, max_tokens] of the matching dispatch
+  uint16_t* out;            // [T, H] bf16
+  int32_t num_tokens;
+  uint64_t step;
+  uint64_t timeout_ns;
+  ErrorSink err;
 };
 
 struct CombineParams {
   RankInfo info;
+  NodeInfo nodes;  // several nodes: rows from other nodes go back through their forwarder
   PeerTable peers;
   BufferLayout layout;
   const uint16_t* y;  // [R, H] bf16
@@ -201,8 +293,19 @@ struct LowLatencyParams {
 cudaError_t launch_step(const StepParams& p, cudaStream_t stream);
 cudaError_t launch_validate(const ValidateParams& p, int max_blocks, cudaStream_t stream);
 cudaError_t launch_notify(const NotifyParams& p, int max_blocks, cudaStream_t stream);
+// The data kernel, then (with_wait) the kernel that waits for every source's done word. Several
+// nodes launch the wait after forwarding (launch_dispatch_wait).
 cudaError_t launch_dispatch(DispatchDtype dtype, bool prequantized, const DispatchParams& p,
-                            int num_blocks, cudaStream_t stream);
+                            int num_blocks, cudaStream_t stream, bool with_wait = true);
+cudaError_t launch_dispatch_wait(const DispatchParams& p, cudaStream_t stream);
+// Several nodes (nodes.cu): node positions after notify; the forwarder's stores; the combine's
+// forwarder partials and the source's sum in node order.
+cudaError_t launch_node_positions(const NodePositionsParams& p, cudaStream_t stream);
+cudaError_t launch_forward(const NodeParams& p, int num_blocks, cudaStream_t stream);
+cudaError_t launch_node_partials(CombineDtype dtype, const NodeParams& p, int num_blocks,
+                                 cudaStream_t stream);
+cudaError_t launch_node_reduce(CombineDtype dtype, const NodeParams& p, int num_blocks,
+                               cudaStream_t stream);
 // Any number of blocks is safe: work that other warps wait for is handed out by tickets before
 // the waits (combine.cuh), so whatever subset of the grid is resident finishes it.
 cudaError_t launch_combine(CombineDtype dtype, const CombineParams& p, int num_blocks,
@@ -234,6 +337,7 @@ cudaError_t preload_agreement_kernels();
 cudaError_t preload_notify_kernels();
 cudaError_t preload_dispatch_kernels();
 cudaError_t preload_combine_kernels();
+cudaError_t preload_node_kernels();
 cudaError_t preload_ll_kernels();
 cudaError_t preload_symmetric_kernels();
 // Once per device and process; later calls return at once. Throws on a CUDA error.
