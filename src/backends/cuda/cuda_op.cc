@@ -69,15 +69,12 @@ CudaOp::CudaOp(std::shared_ptr<CudaComm> comm, const OpConfig& config, int num_s
     ll_src_token_ = DeviceArray<int32_t>(device_, slab_rows);
     ll_src_slot_ = DeviceArray<int32_t>(device_, slab_rows);
   }
-  const int node_size = config.ranks_per_node > 0 ? config.ranks_per_node : world_size_;
-  nodes_.node_size = node_size;
-  nodes_.num_nodes = world_size_ / node_size;
-  nodes_.node = rank_ / node_size;
+  nodes_ = NodeInfo::of(world_size_, config.ranks_per_node, rank_);
   if (nodes_.several()) {
     const size_t remote = static_cast<size_t>(nodes_.num_nodes - 1);
     const size_t rows = remote * config.max_tokens_per_rank;
     stage_layout_ = StageLayout::make(dispatch_wire.payload_bytes, dispatch_wire.scale_bytes,
-                                      config.topk, node_size);
+                                      config.topk, nodes_.node_size);
     node_pos_ = DeviceArray<int32_t>(
         device_, static_cast<size_t>(nodes_.num_nodes) * config.max_tokens_per_rank);
     node_rows_ = DeviceArray<int32_t>(device_, nodes_.num_nodes);
@@ -99,19 +96,23 @@ CudaOp::CudaOp(std::shared_ptr<CudaComm> comm, const OpConfig& config, int num_s
              " bytes; ", describe_policy());
 }
 
+std::string CudaOp::describe_peers() const {
+  const PeerTable peers = buffer_->peers();
+  std::string bases;
+  for (int r = 0; r < world_size_; ++r) {
+    bases += detail::concat(r == 0 ? "" : " ", static_cast<const void*>(peers.base[r]));
+  }
+  return detail::concat("cuda op uid ", uid_, " rank ", rank_, "/", world_size_, ": buffer ",
+                        static_cast<const void*>(buffer_->local()), ", peer bases [", bases, "]");
+}
+
 void CudaOp::publish() {
   comm_->publish(*buffer_);
   // At debug level, the peer table every kernel of this op will use: one line per rank, so the
-  // tables of all ranks can be compared when a wait on a peer's word never ends.
+  // tables of all ranks can be compared when a wait on a peer's word never ends (a timeout logs
+  // it too, at warn level).
   if (Knobs::get().log_level >= LogLevel::kDebug) {
-    const PeerTable peers = buffer_->peers();
-    std::string bases;
-    for (int r = 0; r < world_size_; ++r) {
-      bases += detail::concat(r == 0 ? "" : " ", static_cast<const void*>(peers.base[r]));
-    }
-    MOE_EP_LOG(LogLevel::kDebug, "cuda op uid ", uid_, " rank ", rank_, "/", world_size_,
-               ": buffer ", static_cast<const void*>(buffer_->local()), ", peer bases [", bases,
-               "]");
+    MOE_EP_LOG(LogLevel::kDebug, describe_peers());
   }
 }
 

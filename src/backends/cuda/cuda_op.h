@@ -100,6 +100,8 @@ class CudaOp final : public OpBase {
   // Inside a collect_rejection: throws the kept receive error (InvalidUsage), once.
   void take_receive_error();
   std::string describe_record(const DeviceError& e) const;
+  // This rank's buffer and the base of every rank's as its kernels use them, for the logs.
+  std::string describe_peers() const;
   std::vector<MemoryRange> owned_memory() const;
 
   // A receive part's report that its send part never ran, kept by raise_device_error for the

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "backends/cuda/cuda_op.h"
+#include "core/log.h"
 #include "moe_ep/config.h"
 
 namespace moe_ep::cuda_backend {
@@ -62,6 +63,9 @@ void CudaOp::raise_device_error(const char* call, const StepVerdict* mine, bool 
   if (e.code == kDevOk && !own_rejection) return;
   const std::string where = detail::concat(" (rank ", rank_, ", ", call, ")");
   if (e.code == kDevTimeout) {
+    // Every rank that times out logs its table: a wait whose peer did store its word points at
+    // tables that disagree (docs/perf-notes.md, v17, the one-GPU world's stalls).
+    MOE_EP_LOG(LogLevel::kWarn, describe_peers(), " (at the timeout of ", call, ")");
     poison_and_throw(Timeout(detail::concat(
         "timed out after ", Knobs::get().timeout_s, " s in ", phase_name(e.phase), ": rank ",
         e.rank, " waited for rank ", e.peer, " (expected ", e.expected, ", saw ", e.seen,

@@ -6,7 +6,11 @@ namespace moe_ep::cuda_backend {
 template <typename F, bool kPrequantized>
 static cudaError_t launch_dispatch_as(const DispatchParams& p, int num_blocks, cudaStream_t stream,
                                       bool with_wait) {
-  dispatch_kernel<F, kPrequantized><<<num_blocks, Policy::kDataThreads, 0, stream>>>(p);
+  if (p.nodes.several()) {
+    dispatch_kernel<F, kPrequantized, true><<<num_blocks, Policy::kDataThreads, 0, stream>>>(p);
+  } else {
+    dispatch_kernel<F, kPrequantized, false><<<num_blocks, Policy::kDataThreads, 0, stream>>>(p);
+  }
   cudaError_t status = cudaGetLastError();
   if (status != cudaSuccess || !with_wait) return status;
   return launch_dispatch_wait(p, stream);
@@ -31,8 +35,10 @@ cudaError_t preload_dispatch_kernels() {
     const cudaError_t status = formats::visit_format(dtype, [](auto format) {
       using F = decltype(format);
       cudaFuncAttributes attr;
-      cudaError_t s = cudaFuncGetAttributes(&attr, dispatch_kernel<F, true>);
-      if (s == cudaSuccess) s = cudaFuncGetAttributes(&attr, dispatch_kernel<F, false>);
+      cudaError_t s = cudaFuncGetAttributes(&attr, dispatch_kernel<F, true, false>);
+      if (s == cudaSuccess) s = cudaFuncGetAttributes(&attr, dispatch_kernel<F, false, false>);
+      if (s == cudaSuccess) s = cudaFuncGetAttributes(&attr, dispatch_kernel<F, true, true>);
+      if (s == cudaSuccess) s = cudaFuncGetAttributes(&attr, dispatch_kernel<F, false, true>);
       return s;
     });
     if (status != cudaSuccess) return status;

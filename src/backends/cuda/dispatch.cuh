@@ -173,7 +173,9 @@ __device__ __forceinline__ void send_bytes(const DispatchParams& p, const RecvFi
   }
 }
 
-template <typename F, bool kPrequantized>
+// kNodes: several nodes (staged rows); the one-node instantiation keeps the registers it had
+// before the path across nodes existed (64 is the cap at 2 blocks per SM).
+template <typename F, bool kPrequantized, bool kNodes>
 __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm)
     dispatch_kernel(DispatchParams p) {
   // Launched before the host has looked at the step's outcome: a rejected or failed call stops
@@ -194,8 +196,8 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
     const TokenRoutes routes =
         token_routes(p.pos, p.send_offset, info.max_tokens, info.world_size, t, c.lane);
     // Several nodes: stores reach this node's ranks; other nodes get one staged row each.
-    const uint64_t direct = routes.mask & own_node_mask(p.nodes);
-    const TokenRoutes staged = staged_routes(p, t, c.lane);
+    const uint64_t direct = kNodes ? routes.mask & own_node_mask(p.nodes) : routes.mask;
+    const TokenRoutes staged = kNodes ? staged_routes(p, t, c.lane) : TokenRoutes{0, -1, -1};
     if (first == 0) {
       for (uint64_t m = direct; m != 0;) {
         const int d = next_dest(m);
