@@ -1,6 +1,8 @@
 // NCCL communicators for the CUDA backend and the public functions of moe_ep/cuda.h.
 #include "backends/cuda/nccl_comm.h"
 
+#include <nccl_device.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -73,6 +75,21 @@ NcclCommunicator::NcclCommunicator(ncclComm_t comm, int device, uint64_t group_i
     : comm_(comm), device_(device), group_id_(group_id), owned_(owned) {
   MOE_EP_NCCL_CHECK(ncclCommUserRank(comm_, &rank_));
   MOE_EP_NCCL_CHECK(ncclCommCount(comm_, &size_));
+  // Every rank must reach every other by load and store (one NVLink domain): the control words,
+  // and the rows inside a node, are plain stores into the peers' windows, and ncclGetPeerPointer
+  // resolves only those peers (for the others it would compute an address that is not theirs).
+  // Every rank of a communicator spanning machines sees the same short team, so all refuse.
+  if (size_ > 1) {
+    const ncclTeam_t lsa = ncclTeamLsa(comm_);
+    if (lsa.nRanks != size_) {
+      if (owned_) ncclCommDestroy(comm_);
+      throw InvalidArgument(detail::concat(
+          "NCCL communicator of ", size_, " ranks: rank ", rank_, " reaches ", lsa.nRanks,
+          " of them by load/store (its NVLink domain); the CUDA backend needs every rank of a "
+          "communicator in one NVLink domain (across nodes only its data path is built: "
+          "docs/multi-node.md)"));
+    }
+  }
   MOE_EP_CUDA_CHECK(cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, device_));
   ledger_.init(device_, size_);
   preload_kernels(device_);  // before any kernel of ours can wait for a peer (launch.h)
