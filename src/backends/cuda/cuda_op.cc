@@ -87,6 +87,7 @@ CudaOp::CudaOp(std::shared_ptr<CudaComm> comm, const OpConfig& config, int num_s
     forward_counter_ = DeviceArray<unsigned int>(device_, 1);
     forward_counter_.zero(comm_->internal_stream());
     scratch_flag_ = DeviceArray<uint64_t>(device_, 1);
+    exchanged_ = std::make_unique<Event>();
     staged_rows_.assign(remote, 0);
     forwarded_rows_host_.assign(remote, 0);
   }
@@ -179,6 +180,14 @@ void CudaOp::begin_step(cudaStream_t stream, const StepVerdict& verdict) {
   last_verdict_ = verdict;
 }
 
+void CudaOp::host_wait(cudaEvent_t event, const char* what) {
+  if (nodes_.several()) {
+    wait_bounded(event, what);
+  } else {
+    MOE_EP_CUDA_CHECK(cudaEventSynchronize(event));
+  }
+}
+
 void CudaOp::end_call(cudaStream_t stream) {
   MOE_EP_CUDA_CHECK(cudaEventRecord(call_done_.get(), stream));
   have_call_ = true;
@@ -265,8 +274,9 @@ DispatchResult CudaOp::dispatch(const DispatchArgs& args) {
       if (nodes_.several()) forward_staged_rows(dp, stream);
     }
     end_call(stream);
-    // Bounded: every device wait times out.
-    MOE_EP_CUDA_CHECK(cudaEventSynchronize(accepted ? notified_.get() : call_done_.get()));
+    // Bounded: every device wait times out (and, across nodes, the host's wait, since the stream
+    // holds the transport's exchanges).
+    host_wait(accepted ? notified_.get() : call_done_.get(), "dispatch");
   } catch (const CudaError& e) {
     poison_and_throw(e);
   }
@@ -332,7 +342,7 @@ void CudaOp::combine(const Handle& handle, const TensorView& y, const TensorView
       if (nodes_.several()) combine_across_nodes(handle, out, stream);
     }
     end_call(stream);
-    if (!accepted) MOE_EP_CUDA_CHECK(cudaEventSynchronize(call_done_.get()));
+    if (!accepted) host_wait(call_done_.get(), "combine");
   } catch (const CudaError& e) {
     poison_and_throw(e);
   }
@@ -371,7 +381,7 @@ void CudaOp::reject(CallKind kind, const std::string& reason, void* stream_arg) 
       begin_step(stream, verdict);
     }
     end_call(stream);
-    MOE_EP_CUDA_CHECK(cudaEventSynchronize(call_done_.get()));
+    host_wait(call_done_.get(), to_string(kind));
   } catch (const CudaError& e) {
     poison_and_throw(e);
   }
@@ -385,7 +395,7 @@ void CudaOp::synchronize(void* stream) {
   DeviceGuard guard(device_);
   try {
     MOE_EP_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
-    if (have_call_) MOE_EP_CUDA_CHECK(cudaEventSynchronize(call_done_.get()));
+    if (have_call_) host_wait(call_done_.get(), "synchronize");
   } catch (const CudaError& e) {
     poison_and_throw(e);
   }

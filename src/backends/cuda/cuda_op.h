@@ -75,6 +75,9 @@ class CudaOp final : public OpBase {
   void launch_validation(const DispatchArgs& args, bool prequantized, int64_t num_tokens,
                          cudaStream_t stream);
   void end_call(cudaStream_t stream);
+  // The host's wait for one of this op's events: bounded by the device's own timeouts with one
+  // node; across nodes by wait_bounded, since the stream holds the transport's exchanges.
+  void host_wait(cudaEvent_t event, const char* what);
   // Several nodes (nodes_op.cc). After the data kernel: once the step is known to have passed,
   // the staged row counts, then the staged rows, cross the transport and this rank forwards
   // what it received; then the wait for every source's done word.
@@ -86,6 +89,12 @@ class CudaOp final : public OpBase {
   // True when this rank's device error record is clear (after a host wait on `event`): the step
   // passed on every rank and nothing failed, so every rank takes the transport's exchange.
   bool step_passed(cudaEvent_t event);
+  // Several nodes: a host wait for `event` bounded by the op's timeout. The stream may hold
+  // transport exchanges, and NCCL's send and receive wait for a missing peer forever (the
+  // kernels' own waits time out, NCCL's do not), so past the limit the host raises Timeout
+  // naming `what` and this rank's rail peers, and poisons the op (the stream stays blocked until
+  // the caller aborts the NCCL communicator).
+  void wait_bounded(cudaEvent_t event, const char* what);
   NodeParams node_params() const;
   // Raises what the device reported for the call that ended (or an earlier asynchronous one):
   // calls out of step (InvalidUsage), this rank's own rejection, a peer's rejection
@@ -149,6 +158,7 @@ class CudaOp final : public OpBase {
   DeviceArray<char> partial_in_;               // [N - 1, Tmax, combine row bytes]
   DeviceArray<unsigned int> forward_counter_;  // [1]
   DeviceArray<uint64_t> scratch_flag_;         // [1]
+  std::unique_ptr<Event> exchanged_;           // after the count parts crossed
   // The transfers of the latest dispatch that moved data, by remote node slot: what this rank
   // staged (its partials come back in the same numbers) and what it forwarded.
   std::vector<int32_t> staged_rows_, forwarded_rows_host_;

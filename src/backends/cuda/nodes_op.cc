@@ -7,6 +7,9 @@
 // source's done word. Combine: sends (this node's sources direct, other nodes' rows to their
 // forwarder) -> forwarder partials -> the partials cross back -> the node-ordered sum.
 #include <atomic>
+#include <chrono>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "backends/cuda/cuda_check.h"
@@ -17,9 +20,33 @@
 namespace moe_ep::cuda_backend {
 
 bool CudaOp::step_passed(cudaEvent_t event) {
-  MOE_EP_CUDA_CHECK(cudaEventSynchronize(event));
+  wait_bounded(event, "the step agreement");
   std::atomic_thread_fence(std::memory_order_acquire);
   return *reinterpret_cast<volatile const int32_t*>(&host_.host()->error.code) == kDevOk;
+}
+
+void CudaOp::wait_bounded(cudaEvent_t event, const char* what) {
+  const double limit_s = Knobs::get().timeout_s;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(limit_s);
+  while (true) {
+    const cudaError_t status = cudaEventQuery(event);
+    if (status == cudaSuccess) return;
+    if (status != cudaErrorNotReady) MOE_EP_CUDA_CHECK(status);
+    if (std::chrono::steady_clock::now() > deadline) {
+      std::string peers;
+      for (int n = 0; n < nodes_.num_nodes; ++n) {
+        if (n == nodes_.node) continue;
+        peers += detail::concat(peers.empty() ? "" : ", ", nodes_.rail_peer(rank_, n));
+      }
+      poison_and_throw(Timeout(detail::concat(
+          "timed out after ", limit_s, " s waiting on the host for ", what, ": rank ", rank_,
+          "'s stream holds transport exchanges with its rail peers [", peers, "] (",
+          comm_->transport().name(),
+          "); a peer is dead or not calling the same op "
+          "(MOE_EP_TIMEOUT_S)")));
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
 }
 
 NodeParams CudaOp::node_params() const {
@@ -62,7 +89,8 @@ void CudaOp::forward_staged_rows(const DispatchParams& dp, cudaStream_t stream) 
   transport.exchange(sends, recvs, stream);
   MOE_EP_CUDA_CHECK(cudaMemcpyAsync(counts.node_forwarded, forwarded_rows_.get(),
                                     sizeof(int32_t) * remote, cudaMemcpyDeviceToHost, stream));
-  MOE_EP_CUDA_CHECK(cudaStreamSynchronize(stream));
+  MOE_EP_CUDA_CHECK(cudaEventRecord(exchanged_->get(), stream));
+  wait_bounded(exchanged_->get(), "dispatch (the staged row counts)");
   const int64_t stride = stage_layout_.stride;
   const int64_t slot_bytes = static_cast<int64_t>(config_.max_tokens_per_rank) * stride;
   sends.clear();
