@@ -446,7 +446,8 @@ def get_op(group, num_experts: int, top_k: int, hidden: int, max_tokens_per_rank
     True or False only. ranks_per_node: OpConfig::ranks_per_node, ranks per node L (ranks
     [n*L, (n+1)*L) form node n; L divides the world size; 0, the default, is one node); with
     L < world size combine sums each other node's rows on that node first
-    (docs/design.md#several-nodes); the CPU backend only, and not with low_latency=True.
+    (docs/design.md#several-nodes); on the CPU backend in both modes, on the CUDA backend in
+    normal mode only (low_latency=True with L < world size is refused on every rank).
     The integers must be ints in int32 range. A configuration this
     rank cannot even build (a bad dtype name, hidden=128.7) is told to the other ranks, whose
     creation fails at once with the reason; the next creation works.
