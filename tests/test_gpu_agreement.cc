@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <thread>
 
 #include "moe_ep/cuda.h"
 #include "testing/harness.h"
@@ -258,6 +259,36 @@ TEST_F(GpuAgreement, RejectedCreationFailsEveryRankAtOnceAndTheNextWorks) {
                   "topk=0 on rank 2, topk=2 on rank "},
                  r);
     EXPECT_LT(seconds[r], 3.0) << "rank " << r << " waited for the timeout";
+  }
+  check_round(c, world_size, after[0]);
+}
+
+// The same with rank 1 late: ranks 0 and 2 have left the rejected round (and posted their next
+// attempt) before rank 1 posts its join to it. That stale join must not count for their next
+// creation, nor their next attempts for rank 1's rejected round: before the fix the creation
+// rendezvous paired rounds one apart and every rank timed out (docs/perf-notes.md, v17).
+TEST_F(GpuAgreement, RejectedCreationWithALateRankFailsEveryRankAndTheNextWorks) {
+  const int world_size = 3;
+  OpConfig c = small_config(world_size);
+  std::vector<RankOutcome> first(world_size);
+  std::vector<RoundResult> after =
+      testing::make_round_results(world_size, {inputs_for(c, world_size, 10)});
+  auto comms = make_single_gpu_world(world_size);
+  testing::run_world(comms, [&](int rank, const std::shared_ptr<Communicator>& comm) {
+    OpConfig mine = c;
+    if (rank == 2) mine.topk = 0;
+    if (rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    first[rank] = testing::outcome_of([&] { create_op(comm, mine); });
+    auto op = testing::kept_op(comm, c);
+    TestStream stream;
+    testing::gpu_round(*op, rank, world_size, after[0], {stream.s, stream.s});
+  });
+  expect_error(first[2], ErrorCode::kInvalidArgument, {"topk=0 must be in [1, num_experts=12]"}, 2);
+  for (int r : {0, 1}) {
+    expect_error(first[r], ErrorCode::kInvalidArgument,
+                 {"create_op aborted: rank 2 rejected its configuration",
+                  "topk=0 must be in [1, num_experts=12]"},
+                 r);
   }
   check_round(c, world_size, after[0]);
 }

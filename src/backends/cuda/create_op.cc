@@ -60,19 +60,29 @@ void rendezvous(CudaComm& comm, const ConfigValues& values, const std::string& r
   p.reject_attempt = ledger.rejected_at;
   std::copy(values.begin(), values.end(), p.config);
   p.my_reason = reason.device();
-  for (int q = 0; q < world; ++q) p.seen[q] = ledger.seen[q];
+  for (int q = 0; q < world; ++q) p.seen[q] = std::max(ledger.seen[q], ledger.failed_round);
   p.timeout_ns = static_cast<uint64_t>(Knobs::get().timeout_s * 1e9);
   p.outcome = outcome.device();
   cudaStream_t stream = ledger.stream->get();
   MOE_EP_CUDA_CHECK(launch_create_rendezvous(p, stream));
   MOE_EP_CUDA_CHECK(cudaStreamSynchronize(stream));  // bounded by the kernel's timeout
-  if (rejecting) throw InvalidArgument(rejection);
+  if (rejecting) {
+    ledger.failed_round = attempt;
+    throw InvalidArgument(rejection);
+  }
 
   const CreateOutcome& o = *outcome.host();
-  // Every attempt seen is accounted for, whatever the outcome.
+  // Every attempt seen up to this round is accounted for, whatever the outcome. A peer already
+  // in a later round (its tag or rejection newer than this attempt) is not: that attempt belongs
+  // to the next round, which must still see it (docs/perf-notes.md, v17: accounting it made the
+  // next round wait for the round after, and ranks slipped by one).
   for (int q = 0; q < world; ++q) {
-    ledger.seen[q] = std::max({ledger.seen[q], o.tag[q] >> 2, o.reject_attempt[q]});
+    ledger.seen[q] = std::max(
+        {ledger.seen[q], std::min(o.tag[q] >> 2, attempt), std::min(o.reject_attempt[q], attempt)});
   }
+  bool matched = o.rejected_by < 0;
+  for (int q = 0; q < world && matched; ++q) matched = o.status[q] == kCreateMatched;
+  if (!matched) ledger.failed_round = attempt;
   if (o.rejected_by >= 0) {
     const int q = o.rejected_by;
     // A rejection made before any configuration existed (reject_create) carries none.

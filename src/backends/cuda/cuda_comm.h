@@ -58,6 +58,10 @@ struct CreateLedger {
   uint64_t attempts = 0;       // this rank's creation attempts so far
   uint64_t rejected_at = 0;    // its latest rejection
   std::vector<uint64_t> seen;  // [W] every peer's attempts accounted for
+  // The latest round (attempt number; every rank counts the rounds alike) that failed on this
+  // rank: a peer's join from that round or earlier is void, even if this rank never saw it (it
+  // may be posted after this rank left the round).
+  uint64_t failed_round = 0;
   std::unique_ptr<HostMapped<CreateOutcome>> outcome;
   std::unique_ptr<HostMapped<StepReason>> reason;
   std::unique_ptr<Stream> stream;
