@@ -89,7 +89,7 @@ class CudaOp final : public OpBase {
   // True when this rank's device error record is clear (after a host wait on `event`): the step
   // passed on every rank and nothing failed, so every rank takes the transport's exchange.
   bool step_passed(cudaEvent_t event);
-  // Several nodes: a host wait for `event` bounded by the op's timeout. The stream may hold
+  // Several nodes: a host wait for `event` bounded by twice the op's timeout. The stream may hold
   // transport exchanges, and NCCL's send and receive wait for a missing peer forever (the
   // kernels' own waits time out, NCCL's do not), so past the limit the host raises Timeout
   // naming `what` and this rank's rail peers, and poisons the op (the stream stays blocked until

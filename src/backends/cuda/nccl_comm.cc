@@ -82,7 +82,7 @@ NcclCommunicator::NcclCommunicator(ncclComm_t comm, int device, uint64_t group_i
   if (size_ > 1) {
     const ncclTeam_t lsa = ncclTeamLsa(comm_);
     if (lsa.nRanks != size_) {
-      if (owned_) ncclCommDestroy(comm_);
+      // Nothing is held yet; a communicator made here is destroyed by its maker's catch.
       throw InvalidArgument(detail::concat(
           "NCCL communicator of ", size_, " ranks: rank ", rank_, " reaches ", lsa.nRanks,
           " of them by load/store (its NVLink domain); the CUDA backend needs every rank of a "

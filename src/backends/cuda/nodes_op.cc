@@ -26,7 +26,9 @@ bool CudaOp::step_passed(cudaEvent_t event) {
 }
 
 void CudaOp::wait_bounded(cudaEvent_t event, const char* what) {
-  const double limit_s = Knobs::get().timeout_s;
+  // Twice the kernels' own limit, so that a wait of theirs that gives up is reported by them
+  // (naming the phase and the peer) before the host blames the transport.
+  const double limit_s = 2 * Knobs::get().timeout_s;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(limit_s);
   while (true) {
     const cudaError_t status = cudaEventQuery(event);
