@@ -27,9 +27,33 @@ __global__ void step_kernel(StepParams p) {
   const bool rejected = StepInfo::rejected(p.info_word) || votes.scan_rejected;
   const uint64_t my_info =
       StepInfo::pack(StepInfo::kind(p.info_word), rejected, StepInfo::call(p.info_word));
-  const uint64_t peer_info =
-      exchange_step_words(p.info, p.peers, p.layout, StepWords::kNormal, p.step, my_info,
-                          p.my_reason, p.timeout_ns, p.err, votes);
+  if (p.phase == kStepPost) {
+    // Several nodes: this rank's word, for the transport (the same word kStepSettle stores).
+    if (threadIdx.x == 0) {
+      p.word_out->info = my_info;
+      p.word_out->tag = p.step;
+      if (!rejected) return;
+      if (votes.scan_rejected) {
+        StepReason r{};
+        r.record = *p.err.host;  // mapped host memory, read once on this rare path
+        r.has_record = 1;
+        copy_words(&p.word_out->reason, &r, sizeof(StepReason));
+      } else {
+        copy_words(&p.word_out->reason, p.my_reason, sizeof(StepReason));
+      }
+    }
+    return;
+  }
+  uint64_t peer_info = 0;
+  if (p.phase == kStepSettle) {
+    const NodeInfo nodes = p.nodes;
+    const auto same_node = [nodes](int q) { return q / nodes.node_size == nodes.node; };
+    peer_info = exchange_step_words(p.info, p.peers, p.layout, StepWords::kNormal, p.step, my_info,
+                                    p.my_reason, p.timeout_ns, p.err, votes, same_node, p.words_in);
+  } else {
+    peer_info = exchange_step_words(p.info, p.peers, p.layout, StepWords::kNormal, p.step, my_info,
+                                    p.my_reason, p.timeout_ns, p.err, votes);
+  }
   __syncthreads();
   settle_step_votes(p.info, p.peers, p.layout, p.step, peer_info, p.outcome, p.err, votes);
 }

@@ -87,6 +87,10 @@ CudaOp::CudaOp(std::shared_ptr<CudaComm> comm, const OpConfig& config, int num_s
     forward_counter_ = DeviceArray<unsigned int>(device_, 1);
     forward_counter_.zero(comm_->internal_stream());
     scratch_flag_ = DeviceArray<uint64_t>(device_, 1);
+    step_out_ = DeviceArray<StepWire>(device_, 1);
+    steps_in_ = DeviceArray<StepWire>(device_, world_size_);
+    remote_experts_ =
+        DeviceArray<uint64_t>(device_, static_cast<size_t>(world_size_) * layout_.local_experts);
     exchanged_ = std::make_unique<Event>();
     staged_rows_.assign(remote, 0);
     forwarded_rows_host_.assign(remote, 0);
@@ -175,7 +179,12 @@ void CudaOp::begin_step(cudaStream_t stream, const StepVerdict& verdict) {
   sp.outcome = &host_.device()->step;
   sp.timeout_ns = timeout_ns();
   sp.err = error_sink();
-  MOE_EP_CUDA_CHECK(launch_step(sp, stream));
+  sp.nodes = nodes_;
+  if (nodes_.several()) {
+    step_across_nodes(sp, stream);
+  } else {
+    MOE_EP_CUDA_CHECK(launch_step(sp, stream));
+  }
   last_kind_ = verdict.kind;
   last_verdict_ = verdict;
 }
@@ -236,7 +245,13 @@ DispatchResult CudaOp::dispatch(const DispatchArgs& args) {
                       steps_,
                       timeout_ns(),
                       sink};
-      MOE_EP_CUDA_CHECK(launch_notify(np, num_sms_ * Policy::kNotifyBlocksPerSm, stream));
+      np.nodes = nodes_;
+      np.remote_experts = remote_experts_.get();
+      if (nodes_.several()) {
+        notify_across_nodes(np, stream);
+      } else {
+        MOE_EP_CUDA_CHECK(launch_notify(np, num_sms_ * Policy::kNotifyBlocksPerSm, stream));
+      }
       if (nodes_.several()) {
         const NodePositionsParams pp{info,
                                      nodes_,

@@ -82,6 +82,12 @@ class CudaOp final : public OpBase {
   // the staged row counts, then the staged rows, cross the transport and this rank forwards
   // what it received; then the wait for every source's done word.
   void forward_staged_rows(const DispatchParams& dp, cudaStream_t stream);
+  // Several nodes, the control words: the step words of the other nodes' ranks and this rank's
+  // cross through the transport (every call, on every rank), the node's by stores; then, once
+  // the step is known to have passed, notify's counts row and expert words for the other nodes'
+  // ranks cross between its send and receive launches.
+  void step_across_nodes(StepParams sp, cudaStream_t stream);
+  void notify_across_nodes(NotifyParams np, cudaStream_t stream);
   // After the combine's sends (combine_kernel without reduce items): this rank's forwarder
   // partials, then (once the step is known to have passed) the partials cross the transport and
   // the node-ordered sum writes `out`.
@@ -159,6 +165,9 @@ class CudaOp final : public OpBase {
   DeviceArray<unsigned int> forward_counter_;  // [1]
   DeviceArray<uint64_t> scratch_flag_;         // [1]
   std::unique_ptr<Event> exchanged_;           // after the count parts crossed
+  DeviceArray<StepWire> step_out_;             // [1] this rank's step word, for the transport
+  DeviceArray<StepWire> steps_in_;             // [W] the other nodes' ranks' step words
+  DeviceArray<uint64_t> remote_experts_;       // [W, E/W] notify's expert words for them
   // The transfers of the latest dispatch that moved data, by remote node slot: what this rank
   // staged (its partials come back in the same numbers) and what it forwarded.
   std::vector<int32_t> staged_rows_, forwarded_rows_host_;

@@ -36,6 +36,24 @@ struct RankInfo {
 // The agreement every call starts with (docs/design.md#collective-calls-and-agreement): thread
 // q stores this rank's step word (and, when it rejects, its reason) into peer q, then waits for
 // peer q's word of the same step in this rank's buffer and compares the calls.
+// Several nodes: the step words cross between nodes through the transport, not by stores. A
+// launch with kStepPost writes this rank's word into `word_out`; the transport carries it to
+// every rank of the other nodes (into their `words_in`); a launch with kStepSettle then delivers
+// the other nodes' words from `words_in` into this rank's own slots, exchanges words with its
+// node's ranks by stores, and settles as with one node (kStepAll).
+enum StepPhase : int32_t {
+  kStepAll = 0,
+  kStepPost = 1,
+  kStepSettle = 2,
+};
+// A step word as it crosses the transport: info, tag (the step), the reason.
+struct StepWire {
+  uint64_t info;
+  uint64_t tag;
+  StepReason reason;
+};
+static_assert(sizeof(StepWire) % 16 == 0, "step words cross in whole 16-byte units");
+
 struct StepParams {
   RankInfo info;
   PeerTable peers;
@@ -46,6 +64,11 @@ struct StepParams {
   StepOutcome* outcome;         // mapped host memory
   uint64_t timeout_ns;
   ErrorSink err;  // a data-scan error already in it means "rejected"
+  // Several nodes (StepPhase).
+  NodeInfo nodes;
+  int32_t phase = kStepAll;
+  StepWire* word_out = nullptr;        // [1]
+  const StepWire* words_in = nullptr;  // [W], the other nodes' ranks' slots filled
 };
 
 // Checks topk_idx (always: range; validation mode: duplicates) and, in validation mode, x and
@@ -75,6 +98,18 @@ struct NotifyParams {
   uint64_t step;
   uint64_t timeout_ns;
   ErrorSink err;
+  // Several nodes: the words for another node's ranks cross through the transport, so a
+  // launch with kNotifySend stores only into this node's ranks (and this rank's own row), keeping
+  // the expert words for other nodes' ranks in `remote_experts`; the host then moves this rank's
+  // counts row and those expert words, and a launch with kNotifyReceive derives the layout.
+  NodeInfo nodes;
+  int32_t phase = 0;                   // NotifyPhase
+  uint64_t* remote_experts = nullptr;  // [W, E/W] words for other nodes' ranks
+};
+enum NotifyPhase : int32_t {
+  kNotifyAll = 0,
+  kNotifySend = 1,
+  kNotifyReceive = 2,
 };
 
 // Several nodes, after notify: the position of each token among this rank's tokens bound for

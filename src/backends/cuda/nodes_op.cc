@@ -51,6 +51,57 @@ void CudaOp::wait_bounded(cudaEvent_t event, const char* what) {
   }
 }
 
+void CudaOp::step_across_nodes(StepParams sp, cudaStream_t stream) {
+  sp.word_out = step_out_.get();
+  sp.words_in = steps_in_.get();
+  sp.phase = kStepPost;
+  MOE_EP_CUDA_CHECK(launch_step(sp, stream));
+  // Every rank of every other node gets this rank's word; all of them, whatever this rank's
+  // verdict, so every rank takes this exchange in every step.
+  std::vector<TransferPart> sends, recvs;
+  for (int q = 0; q < world_size_; ++q) {
+    if (q / nodes_.node_size == nodes_.node) continue;
+    sends.push_back({q, step_out_.get(), sizeof(StepWire)});
+    recvs.push_back({q, steps_in_.get() + q, sizeof(StepWire)});
+  }
+  comm_->transport().exchange(sends, recvs, stream);
+  sp.phase = kStepSettle;
+  MOE_EP_CUDA_CHECK(launch_step(sp, stream));
+}
+
+void CudaOp::notify_across_nodes(NotifyParams np, cudaStream_t stream) {
+  // The exchanges below are taken only by ranks whose step passed, which is every rank or none.
+  MOE_EP_CUDA_CHECK(cudaEventRecord(notified_.get(), stream));
+  if (!step_passed(notified_.get())) return;
+  const int blocks = num_sms_ * Policy::kNotifyBlocksPerSm;
+  np.phase = kNotifySend;
+  MOE_EP_CUDA_CHECK(launch_notify(np, blocks, stream));
+  // This rank's counts row (its words in its own buffer) to every rank of the other nodes, and
+  // their rows into this rank's buffer; then the expert words for each of them.
+  const int parity = static_cast<int>(np.step & 1);
+  char* self = buffer_->local();
+  const size_t row_bytes = sizeof(uint64_t) * world_size_;
+  const size_t experts_bytes = sizeof(uint64_t) * layout_.local_experts;
+  std::vector<TransferPart> sends, recvs;
+  for (int q = 0; q < world_size_; ++q) {
+    if (q / nodes_.node_size == nodes_.node) continue;
+    sends.push_back({q, self + layout_.counts_offset(parity, rank_, 0), row_bytes});
+    recvs.push_back({q, self + layout_.counts_offset(parity, q, 0), row_bytes});
+  }
+  comm_->transport().exchange(sends, recvs, stream);
+  sends.clear();
+  recvs.clear();
+  for (int q = 0; q < world_size_; ++q) {
+    if (q / nodes_.node_size == nodes_.node) continue;
+    sends.push_back(
+        {q, remote_experts_.get() + static_cast<size_t>(q) * layout_.local_experts, experts_bytes});
+    recvs.push_back({q, self + layout_.experts_offset(parity, q, 0), experts_bytes});
+  }
+  comm_->transport().exchange(sends, recvs, stream);
+  np.phase = kNotifyReceive;
+  MOE_EP_CUDA_CHECK(launch_notify(np, blocks, stream));
+}
+
 NodeParams CudaOp::node_params() const {
   NodeParams p{};
   p.info = rank_info();

@@ -19,7 +19,9 @@ cudaError_t launch_notify(const NotifyParams& p, int max_blocks, cudaStream_t st
   const int world = p.info.world_size;
   const size_t smem = sizeof(int) * std::max(p.info.experts_per_rank, world * world);
   // One block per ticket at most (W senders + 1 receiver); fewer take several tickets each.
-  const int blocks = std::clamp(world + 1, 1, max_blocks);
+  // Several nodes launch the senders (W tickets) and the receiver (one block) apart.
+  const int tickets = p.phase == kNotifyAll ? world + 1 : p.phase == kNotifySend ? world : 1;
+  const int blocks = std::clamp(tickets, 1, max_blocks);
   notify_kernel<<<blocks, Policy::kNotifyThreads, smem, stream>>>(p);
   return cudaGetLastError();
 }

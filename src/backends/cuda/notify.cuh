@@ -88,15 +88,25 @@ __device__ void notify_send(const NotifyParams& p, int dest, int* expert_count) 
   const uint64_t tag = p.step << 32;
   const uint64_t count_word = tag | static_cast<uint32_t>(running);
   const int parity = static_cast<int>(p.step & 1);
-  for (int peer = threadIdx.x; peer < info.world_size; peer += blockDim.x) {
+  // With several nodes only this node's ranks are stored into (this rank's own row included,
+  // which the transport then carries to the other nodes' ranks).
+  const int first_peer = p.nodes.first_rank();
+  const int last_peer = first_peer + p.nodes.node_size;
+  for (int peer = first_peer + threadIdx.x; peer < last_peer; peer += blockDim.x) {
     st_relaxed_sys(reinterpret_cast<uint64_t*>(p.peers.base[peer] +
                                                p.layout.counts_offset(parity, info.rank, dest)),
                    count_word);
   }
+  const bool dest_stored = dest >= first_peer && dest < last_peer;
   for (int e = threadIdx.x; e < info.experts_per_rank; e += blockDim.x) {
-    st_relaxed_sys(reinterpret_cast<uint64_t*>(p.peers.base[dest] +
-                                               p.layout.experts_offset(parity, info.rank, e)),
-                   tag | static_cast<uint32_t>(expert_count[e]));
+    const uint64_t word = tag | static_cast<uint32_t>(expert_count[e]);
+    if (dest_stored) {
+      st_relaxed_sys(reinterpret_cast<uint64_t*>(p.peers.base[dest] +
+                                                 p.layout.experts_offset(parity, info.rank, e)),
+                     word);
+    } else {
+      p.remote_experts[static_cast<int64_t>(dest) * info.experts_per_rank + e] = word;
+    }
   }
   __syncthreads();  // expert_count is reused by this block's next ticket
 }
@@ -150,14 +160,20 @@ __global__ void __launch_bounds__(Policy::kNotifyThreads) notify_kernel(NotifyPa
   extern __shared__ int notify_smem[];  // [max(E/W, W*W)]
   // The step agreement failed or this rank rejected: nothing moves, on every rank.
   if (block_sees_error(p.err)) return;
+  if (p.phase == kNotifyReceive) {  // one block, after the transport (several nodes)
+    notify_receive(p, notify_smem);
+    return;
+  }
   const unsigned int world = static_cast<unsigned int>(p.info.world_size);
+  // kNotifySend hands out the sender tickets only; the receive runs in its own launch.
+  const unsigned int last = p.phase == kNotifySend ? world - 1 : world;
   __shared__ unsigned int ticket;
   while (true) {
     if (threadIdx.x == 0) ticket = atomicAdd(&p.tickets[0], 1u);
     __syncthreads();
     const unsigned int t = ticket;
     __syncthreads();
-    if (t > world) break;
+    if (t > last) break;
     if (t < world) {
       notify_send(p, static_cast<int>(t), notify_smem);
     } else {

@@ -41,16 +41,34 @@ __device__ inline int64_t step_word_offset(const BufferLayout& layout, StepWords
 }
 
 // Returns peer q's info word (0 when q >= world_size or the wait gave up).
+// Peers that no store reaches (another node's ranks, several nodes): their words are in
+// `words_in` (StepWire, from the transport) and this rank's word reaches them the same way.
+struct AllPeersByStore {
+  __device__ bool operator()(int) const { return true; }
+};
+
+template <typename StoresTo = AllPeersByStore>
 __device__ inline uint64_t exchange_step_words(const RankInfo& info, const PeerTable& peers,
                                                const BufferLayout& layout, StepWords words,
                                                uint64_t step, uint64_t my_info,
                                                const StepReason* my_reason, uint64_t timeout_ns,
-                                               const ErrorSink& err, StepVotes& v) {
+                                               const ErrorSink& err, StepVotes& v,
+                                               StoresTo stores_to = {},
+                                               const StepWire* words_in = nullptr) {
   const int q = threadIdx.x;
   const int parity = static_cast<int>(step & 1);
   if (q >= info.world_size) return 0;
   char* peer = peers.base[q];
-  if (StepInfo::rejected(my_info)) {
+  if (!stores_to(q)) {
+    // Another node's rank: its word came through the transport (StepWire); deliver it into
+    // this rank's own slots, where the wait below finds it.
+    const StepWire& w = words_in[q];
+    char* self = peers.base[info.rank];
+    copy_words(self + layout.reason_offset(parity, q), &w.reason, sizeof(StepReason));
+    auto* slot = reinterpret_cast<uint64_t*>(self + step_word_offset(layout, words, parity, q));
+    slot[0] = w.info;
+    st_release_sys(slot + 1, w.tag);
+  } else if (StepInfo::rejected(my_info)) {
     auto* slot = reinterpret_cast<StepReason*>(peer + layout.reason_offset(parity, info.rank));
     if (v.scan_rejected) {
       StepReason r{};
@@ -61,10 +79,12 @@ __device__ inline uint64_t exchange_step_words(const RankInfo& info, const PeerT
       copy_words(slot, my_reason, sizeof(StepReason));
     }
   }
-  auto* mine =
-      reinterpret_cast<uint64_t*>(peer + step_word_offset(layout, words, parity, info.rank));
-  mine[0] = my_info;
-  st_release_sys(mine + 1, step);
+  if (stores_to(q)) {
+    auto* mine =
+        reinterpret_cast<uint64_t*>(peer + step_word_offset(layout, words, parity, info.rank));
+    mine[0] = my_info;
+    st_release_sys(mine + 1, step);
+  }
   const auto* theirs = reinterpret_cast<const uint64_t*>(
       peers.base[info.rank] + step_word_offset(layout, words, parity, q));
   uint64_t tag = 0;
