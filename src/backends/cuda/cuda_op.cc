@@ -113,6 +113,15 @@ std::string CudaOp::describe_peers() const {
 
 void CudaOp::publish() {
   comm_->publish(*buffer_);
+  // With several nodes no call stores into, or loads from, another node's rank (those words and
+  // rows cross by the transport), so the kernels get no address there: a slip faults at once
+  // instead of working only while every rank happens to be an NVLink peer.
+  peers_ = buffer_->peers();
+  if (nodes_.several()) {
+    for (int r = 0; r < world_size_; ++r) {
+      if (r / nodes_.node_size != nodes_.node) peers_.base[r] = nullptr;
+    }
+  }
   // At debug level, the peer table every kernel of this op will use: one line per rank, so the
   // tables of all ranks can be compared when a wait on a peer's word never ends (a timeout logs
   // it too, at warn level).
@@ -170,7 +179,7 @@ void CudaOp::begin_step(cudaStream_t stream, const StepVerdict& verdict) {
   if (!verdict.error.empty()) write_my_reason(verdict.error);
   StepParams sp;
   sp.info = rank_info();
-  sp.peers = buffer_->peers();
+  sp.peers = peers_;
   sp.layout = layout_;
   sp.step = step;
   sp.info_word =
@@ -233,7 +242,7 @@ DispatchResult CudaOp::dispatch(const DispatchArgs& args) {
     begin_step(stream, verdict);
     if (accepted) {
       NotifyParams np{info,
-                      buffer_->peers(),
+                      peers_,
                       layout_,
                       args.topk_idx.ptr<int32_t>(),
                       static_cast<int32_t>(num_tokens),
@@ -268,7 +277,7 @@ DispatchResult CudaOp::dispatch(const DispatchArgs& args) {
       // the host learns num_recv; it moves nothing when the step or notify failed.
       DispatchParams dp{info,
                         nodes_,
-                        buffer_->peers(),
+                        peers_,
                         layout_,
                         args.x.data,
                         args.x_scales.data,
@@ -342,7 +351,7 @@ void CudaOp::combine(const Handle& handle, const TensorView& y, const TensorView
       // Several nodes: this launch only sends; combine_across_nodes sums.
       CombineParams cp{rank_info(),
                        nodes_,
-                       buffer_->peers(),
+                       peers_,
                        layout_,
                        y.ptr<uint16_t>(),
                        handle.num_recv,

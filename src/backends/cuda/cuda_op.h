@@ -128,6 +128,9 @@ class CudaOp final : public OpBase {
   const int data_blocks_;  // num_sms_ x Policy::kDataBlocksPerSm
   BufferLayout layout_;
   std::unique_ptr<SymmetricMemory> buffer_;
+  // The peer table the call kernels get (publish): the buffer's, without the other nodes' ranks
+  // when there are several nodes.
+  PeerTable peers_{};
   DeviceArray<int32_t> pos_;                 // [W, max_tokens]
   DeviceArray<int32_t> send_offset_;         // [W]
   DeviceArray<int32_t> recv_expert_count_;   // [E / W]

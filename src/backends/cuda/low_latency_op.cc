@@ -28,7 +28,7 @@ bool CudaOp::capturing(cudaStream_t stream) const {
 LowLatencyParams CudaOp::ll_params(CallKind kind, bool host_rejected) const {
   LowLatencyParams p{};
   p.info = rank_info();
-  p.peers = buffer_->peers();
+  p.peers = peers_;
   p.layout = layout_;
   p.state = ll_state_.get();
   p.kind = static_cast<int>(kind);

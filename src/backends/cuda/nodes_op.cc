@@ -106,7 +106,7 @@ NodeParams CudaOp::node_params() const {
   NodeParams p{};
   p.info = rank_info();
   p.nodes = nodes_;
-  p.peers = buffer_->peers();
+  p.peers = peers_;
   p.layout = layout_;
   p.stage_layout = stage_layout_;
   p.stage_in = stage_in_.get();
