@@ -46,8 +46,12 @@ std::vector<std::shared_ptr<Communicator>> make_local_nccl_communicators(
 // fit on the GPU together: one op of a rank may use at most floor(SMs / world_size) SMs (the
 // default budget is clamped to that; an explicit larger num_sms is an error), and world sizes
 // above the SM count are refused. timeout_s bounds the host-side exchanges of the world
-// (0 takes MOE_EP_TIMEOUT_S).
+// (0 takes MOE_EP_TIMEOUT_S). domain_size D (0: every rank) makes the world act like machines of
+// D ranks: ranks [d*D, (d+1)*D) see each other's buffers, a rank sees no buffer outside its
+// domain, and what crosses between domains goes through the world's loopback transport, as it
+// would between machines over NCCL; D must divide world_size.
 std::vector<std::shared_ptr<Communicator>> make_single_gpu_world(int world_size, int device = 0,
-                                                                 double timeout_s = 0);
+                                                                 double timeout_s = 0,
+                                                                 int domain_size = 0);
 
 }  // namespace moe_ep

@@ -489,7 +489,8 @@ def _reject_create(comm, error: Exception) -> None:
             error.add_note(f"(telling the other ranks failed too: {told})")
 
 
-def single_gpu_world(world_size: int, device: int = 0, timeout_s: float = 0) -> List[Any]:
+def single_gpu_world(world_size: int, device: int = 0, timeout_s: float = 0,
+                     domain_size: int = 0) -> List[Any]:
     """world_size communicators of the CUDA backend on ONE GPU, for protocol tests.
 
     Rank r is element r, driven from its own Python thread, on its own torch stream of
@@ -498,9 +499,13 @@ def single_gpu_world(world_size: int, device: int = 0, timeout_s: float = 0) -> 
     op (one op cache per rank); dispatch and combine take CUDA torch tensors of `device`.
     timeout_s bounds the world's host-side exchanges (0: MOE_EP_TIMEOUT_S). Each rank's op may
     use at most floor(SMs / world_size) SMs. Its times are never multi-GPU figures.
+    domain_size D (0: every rank) makes the world act like machines of D ranks: a rank sees only
+    its domain's buffers, and what crosses domains goes through the world's loopback transport
+    (ops need ranks_per_node dividing D); D must divide world_size.
     """
     comms = _C.make_single_gpu_world(_int_arg("world_size", world_size),
-                                     _int_arg("device", device), float(timeout_s))
+                                     _int_arg("device", device), float(timeout_s),
+                                     _int_arg("domain_size", domain_size))
     with _lock:
         for comm in comms:
             _comm_devices[comm.group_id] = device

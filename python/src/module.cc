@@ -437,11 +437,12 @@ PYBIND11_MODULE(_C, m) {
       "they fail at once with InvalidArgument naming this rank and reason.");
   m.def(
       "make_single_gpu_world",
-      [](int world_size, int device, double timeout_s) {
+      [](int world_size, int device, double timeout_s, int domain_size) {
         py::gil_scoped_release release;
-        return make_single_gpu_world(world_size, device, timeout_s);
+        return make_single_gpu_world(world_size, device, timeout_s, domain_size);
       },
-      py::arg("world_size"), py::arg("device") = 0, py::arg("timeout_s") = 0.0);
+      py::arg("world_size"), py::arg("device") = 0, py::arg("timeout_s") = 0.0,
+      py::arg("domain_size") = 0);
 
   py::class_<CpuWorld, std::shared_ptr<CpuWorld>>(m, "CpuWorld")
       .def(py::init([](int world_size, double timeout_s) {

@@ -26,7 +26,7 @@ std::vector<std::shared_ptr<Communicator>> make_local_nccl_communicators(const s
   throw InvalidArgument("backend=cuda: this moe-ep was built without the CUDA backend");
 }
 
-std::vector<std::shared_ptr<Communicator>> make_single_gpu_world(int, int, double) {
+std::vector<std::shared_ptr<Communicator>> make_single_gpu_world(int, int, double, int) {
   throw InvalidArgument("backend=cuda: this moe-ep was built without the CUDA backend");
 }
 

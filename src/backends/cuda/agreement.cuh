@@ -70,7 +70,9 @@ __global__ void create_rendezvous_kernel(CreateParams p) {
   if (q == 0) rejected_by = p.world_size;
   __syncthreads();
   const bool rejecting = (p.tag & 3) == kCreateRejected;
-  if (q < p.world_size) {
+  const int domain = p.domain_size > 0 ? p.domain_size : p.world_size;
+  const bool reachable = q / domain == p.rank / domain;  // by stores, in this rank's domain
+  if (q < p.world_size && reachable) {
     auto* slot = reinterpret_cast<CreateSlot*>(p.control.base[q] + kControlBytesPerRank * p.rank);
     for (int f = 0; f < kNumConfigFields; ++f) slot->config[f] = p.config[f];
     if (rejecting) copy_words(&slot->reason, p.my_reason, sizeof(StepReason));
@@ -79,6 +81,16 @@ __global__ void create_rendezvous_kernel(CreateParams p) {
   }
   if (rejecting) return;  // uniform across the block
   const bool active = q < p.world_size;
+  if (active && !reachable) {
+    // Another domain's rank: its attempt came through the transport; deliver it into this
+    // rank's own area, where the wait below reads it.
+    const auto& in = static_cast<const CreateSlot*>(p.slots_in)[q];
+    auto* mine = reinterpret_cast<CreateSlot*>(p.control.base[p.rank] + kControlBytesPerRank * q);
+    for (int f = 0; f < kNumConfigFields; ++f) mine->config[f] = in.config[f];
+    copy_words(&mine->reason, &in.reason, sizeof(StepReason));
+    st_relaxed_sys(&mine->reject_attempt, in.reject_attempt);
+    st_release_sys(&mine->tag, in.tag);
+  }
   const auto* slot = reinterpret_cast<const CreateSlot*>(p.control.base[p.rank] +
                                                          kControlBytesPerRank * (active ? q : 0));
   CreateOutcome* o = p.outcome;

@@ -5,7 +5,10 @@
 // the collective registration of the buffers. A rank that rejects tells the others, who fail at
 // once; creations are matched by configuration, so a missed creation costs that creation only.
 #include <algorithm>
+#include <chrono>
 #include <cstring>
+#include <thread>
+#include <vector>
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/cuda_comm.h"
@@ -63,9 +66,49 @@ void rendezvous(CudaComm& comm, const ConfigValues& values, const std::string& r
   for (int q = 0; q < world; ++q) p.seen[q] = std::max(ledger.seen[q], ledger.failed_round);
   p.timeout_ns = static_cast<uint64_t>(Knobs::get().timeout_s * 1e9);
   p.outcome = outcome.device();
+  p.domain_size = comm.domain_size();
   cudaStream_t stream = ledger.stream->get();
+  const bool domains = comm.domain_size() < world;
+  if (domains) {
+    // The other domains' ranks see no store of this rank: the attempt crosses the transport
+    // (every rank takes this exchange in every round) and the kernel delivers theirs.
+    CreateSlot slot{};
+    slot.tag = p.tag;
+    slot.reject_attempt = p.reject_attempt;
+    std::copy(std::begin(p.config), std::end(p.config), slot.config);
+    if (rejecting) fill_reason(slot.reason, rejection);
+    MOE_EP_CUDA_CHECK(cudaMemcpyAsync(ledger.slot_out->get(), &slot, sizeof(slot),
+                                      cudaMemcpyHostToDevice, stream));
+    std::vector<TransferPart> sends, recvs;
+    for (int q = 0; q < world; ++q) {
+      if (comm.same_domain(q)) continue;
+      sends.push_back({q, ledger.slot_out->get(), sizeof(CreateSlot)});
+      recvs.push_back({q, ledger.slots_in->get() + q, sizeof(CreateSlot)});
+    }
+    comm.transport().exchange(sends, recvs, stream);
+    p.slots_in = ledger.slots_in->get();
+  }
   MOE_EP_CUDA_CHECK(launch_create_rendezvous(p, stream));
-  MOE_EP_CUDA_CHECK(cudaStreamSynchronize(stream));  // bounded by the kernel's timeout
+  if (domains) {
+    // NCCL's receive waits for a missing peer forever: bound the host's wait (twice the
+    // kernel's own limit, so that its report comes first).
+    const double limit_s = 2 * Knobs::get().timeout_s;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(limit_s);
+    while (true) {
+      const cudaError_t status = cudaStreamQuery(stream);
+      if (status == cudaSuccess) break;
+      if (status != cudaErrorNotReady) MOE_EP_CUDA_CHECK(status);
+      if (std::chrono::steady_clock::now() > deadline) {
+        throw Timeout(detail::concat("create_op: rank ", rank, " timed out after ", limit_s,
+                                     " s in the creation exchange with the other domains' ranks (",
+                                     comm.transport().name(),
+                                     "); a peer is dead or not creating an op (MOE_EP_TIMEOUT_S)"));
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  } else {
+    MOE_EP_CUDA_CHECK(cudaStreamSynchronize(stream));  // bounded by the kernel's timeout
+  }
   if (rejecting) {
     ledger.failed_round = attempt;
     throw InvalidArgument(rejection);
@@ -161,6 +204,16 @@ std::shared_ptr<Op> create_op(const std::shared_ptr<Communicator>& comm, const O
         "ranks_per_node=", config.ranks_per_node, " < world_size=", cuda->size(),
         " with low_latency=true: decode mode across nodes is not yet supported by "
         "the CUDA backend (use ranks_per_node=0, one node, or the CPU backend)");
+    // A node's ranks must reach each other by stores: each node inside one domain.
+    const int domain = cuda->domain_size();
+    if (domain < cuda->size()) {
+      const int l = config.ranks_per_node;
+      MOE_EP_CHECK_ARG(l > 0 && domain % l == 0, "ranks_per_node=", l,
+                       ": the ranks of a node must be load/store peers, and this communicator's ",
+                       "domains (its NVLink domains) hold ", domain,
+                       " ranks each, so ranks_per_node must divide ", domain,
+                       " (0, one node, would need every rank in one domain)");
+    }
     num_sms = resolve_num_sms(config, *cuda);
   } catch (const InvalidArgument& e) {
     rejection = e.what();

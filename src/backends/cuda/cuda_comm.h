@@ -58,6 +58,10 @@ struct CreateLedger {
   uint64_t attempts = 0;       // this rank's creation attempts so far
   uint64_t rejected_at = 0;    // its latest rejection
   std::vector<uint64_t> seen;  // [W] every peer's attempts accounted for
+  // Several domains: this rank's attempt as it crosses the transport, and the other domains'
+  // ranks' attempts as they arrive (device memory, made with the communicator).
+  std::unique_ptr<DeviceArray<CreateSlot>> slot_out;  // [1]
+  std::unique_ptr<DeviceArray<CreateSlot>> slots_in;  // [W]
   // The latest round (attempt number; every rank counts the rounds alike) that failed on this
   // rank: a peer's join from that round or earlier is void, even if this rank never saw it (it
   // may be posted after this rank left the round).
@@ -68,6 +72,8 @@ struct CreateLedger {
   void init(int device, int world_size) {
     DeviceGuard guard(device);
     seen.assign(world_size, 0);
+    slot_out = std::make_unique<DeviceArray<CreateSlot>>(device, 1);
+    slots_in = std::make_unique<DeviceArray<CreateSlot>>(device, world_size);
     outcome = std::make_unique<HostMapped<CreateOutcome>>();
     reason = std::make_unique<HostMapped<StepReason>>();
     stream = std::make_unique<Stream>();
@@ -94,6 +100,13 @@ class CudaComm : public Communicator {
   CreateLedger& ledger() { return ledger_; }
   // The communicator's own stream, for its ops' housekeeping (zeroing, clearing errors).
   cudaStream_t internal_stream() const { return ledger_.stream->get(); }
+  // Ranks [d*D, (d+1)*D) reach each other's memory by load and store (one NVLink domain); a
+  // rank's control area and buffers are known only to its domain (SymmetricMemory::peers holds
+  // null for the others), and what crosses domains goes through transport(). D divides the
+  // world size; D = size() is one domain.
+  virtual int domain_size() const { return size(); }
+  int domain_first() const { return rank() / domain_size() * domain_size(); }
+  bool same_domain(int peer) const { return peer / domain_size() == rank() / domain_size(); }
 
  protected:
   CreateLedger ledger_;

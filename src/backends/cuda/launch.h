@@ -219,6 +219,10 @@ struct CreateParams {
   uint64_t seen[Policy::kMaxPeers];
   uint64_t timeout_ns;
   CreateOutcome* outcome;  // mapped host memory
+  // Several domains (CudaComm::domain_size): the control area reaches only this rank's domain;
+  // the other ranks' attempts came through the transport into `slots_in` ([W] CreateSlot).
+  int32_t domain_size = 0;
+  const void* slots_in = nullptr;
 };
 
 // Decode mode's counters, in device memory so graph replays advance them (low_latency.cuh).

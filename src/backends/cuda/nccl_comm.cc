@@ -42,8 +42,9 @@ class NcclSymmetric : public SymmetricMemory {
   }
   void abandon() override { abandoned_ = true; }
 
-  // Collective: registers the window and reads every rank's base address through it.
-  void publish(int rank, int world) {
+  // Collective: registers the window and reads the base address of every rank of this rank's
+  // domain ([domain_first, domain_first + domain_size)) through it; the others stay null.
+  void publish(int rank, int world, int domain_first, int domain_size) {
     DeviceGuard guard(device_);
     MOE_EP_NCCL_CHECK(
         ncclCommWindowRegister(comm_, local_, bytes_, &window_, NCCL_WIN_COLL_SYMMETRIC));
@@ -59,6 +60,9 @@ class NcclSymmetric : public SymmetricMemory {
     MOE_EP_CUDA_CHECK(cudaStreamSynchronize(stream_));
     MOE_EP_CHECK_INTERNAL(peers_.base[rank] != nullptr, "window of rank ", rank,
                           " resolved to a null address");
+    for (int r = 0; r < world; ++r) {
+      if (r < domain_first || r >= domain_first + domain_size) peers_.base[r] = nullptr;
+    }
   }
 
  private:
@@ -75,20 +79,26 @@ NcclCommunicator::NcclCommunicator(ncclComm_t comm, int device, uint64_t group_i
     : comm_(comm), device_(device), group_id_(group_id), owned_(owned) {
   MOE_EP_NCCL_CHECK(ncclCommUserRank(comm_, &rank_));
   MOE_EP_NCCL_CHECK(ncclCommCount(comm_, &size_));
-  // Every rank must reach every other by load and store (one NVLink domain): the control words,
-  // and the rows inside a node, are plain stores into the peers' windows, and ncclGetPeerPointer
-  // resolves only those peers (for the others it would compute an address that is not theirs).
-  // Every rank of a communicator spanning machines sees the same short team, so all refuse.
+  // The ranks this one reaches by load and store (its NVLink domain): the only ones whose
+  // windows it may store into, and the only ones ncclGetPeerPointer resolves (for the others it
+  // would compute an address that is not theirs). The CUDA backend takes domains of consecutive
+  // ranks, the same size everywhere (CudaComm::domain_size); every rank of such a communicator
+  // sees the same team shape, so all accept or all refuse.
+  domain_size_ = size_;
   if (size_ > 1) {
     const ncclTeam_t lsa = ncclTeamLsa(comm_);
-    if (lsa.nRanks != size_) {
+    if (lsa.nRanks < 1 || size_ % lsa.nRanks != 0 || lsa.stride != 1 ||
+        lsa.rank != rank_ % lsa.nRanks) {
       // Nothing is held yet; a communicator made here is destroyed by its maker's catch.
       throw InvalidArgument(detail::concat(
-          "NCCL communicator of ", size_, " ranks: rank ", rank_, " reaches ", lsa.nRanks,
-          " of them by load/store (its NVLink domain); the CUDA backend needs every rank of a "
-          "communicator in one NVLink domain (across nodes only its data path is built: "
-          "docs/multi-node.md)"));
+          "NCCL communicator of ", size_, " ranks: rank ", rank_,
+          "'s load/store team (its NVLink "
+          "domain) has ",
+          lsa.nRanks, " ranks, index ", lsa.rank, ", stride ", lsa.stride,
+          "; the CUDA backend needs domains of consecutive ranks of one size dividing the "
+          "world (place ranks machine by machine)"));
     }
+    domain_size_ = lsa.nRanks;
   }
   MOE_EP_CUDA_CHECK(cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, device_));
   ledger_.init(device_, size_);
@@ -109,7 +119,7 @@ std::unique_ptr<SymmetricMemory> NcclCommunicator::allocate(size_t bytes) {
 }
 
 void NcclCommunicator::publish(SymmetricMemory& memory) {
-  static_cast<NcclSymmetric&>(memory).publish(rank_, size_);
+  static_cast<NcclSymmetric&>(memory).publish(rank_, size_, domain_first(), domain_size_);
 }
 
 namespace {

@@ -23,6 +23,8 @@ class NcclCommunicator : public CudaComm {
   uint64_t group_id() const override { return group_id_; }
   int device() const override { return device_; }
   int max_sms() const override { return sms_; }
+  // NCCL's load/store team (ncclTeamLsa): the ranks of this rank's machine, in practice.
+  int domain_size() const override { return domain_size_; }
   std::unique_ptr<SymmetricMemory> allocate(size_t bytes) override;
   void publish(SymmetricMemory& memory) override;
   const SymmetricMemory& control() const override { return *control_; }
@@ -34,6 +36,7 @@ class NcclCommunicator : public CudaComm {
   int device_;
   int rank_ = 0;
   int size_ = 1;
+  int domain_size_ = 1;
   int sms_ = 0;
   uint64_t group_id_;
   bool owned_;

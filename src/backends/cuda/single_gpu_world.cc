@@ -160,11 +160,13 @@ uint64_t next_group_id() {
 
 class SingleGpuCommunicator : public CudaComm {
  public:
-  SingleGpuCommunicator(std::shared_ptr<WorldShared> world, int rank, int world_size, int device,
-                        int max_sms, uint64_t group_id, std::unique_ptr<SymmetricMemory> control)
+  SingleGpuCommunicator(std::shared_ptr<WorldShared> world, int rank, int world_size,
+                        int domain_size, int device, int max_sms, uint64_t group_id,
+                        std::unique_ptr<SymmetricMemory> control)
       : world_(std::move(world)),
         rank_(rank),
         size_(world_size),
+        domain_size_(domain_size),
         device_(device),
         max_sms_(max_sms),
         group_id_(group_id),
@@ -177,6 +179,7 @@ class SingleGpuCommunicator : public CudaComm {
   uint64_t group_id() const override { return group_id_; }
   int device() const override { return device_; }
   int max_sms() const override { return max_sms_; }
+  int domain_size() const override { return domain_size_; }
   const SymmetricMemory& control() const override { return *control_; }
   Transport& transport() override { return *transport_; }
 
@@ -188,7 +191,8 @@ class SingleGpuCommunicator : public CudaComm {
     world_->bases[rank_] = memory.local();
     world_->barrier.arrive_and_wait(rank_, "single-GPU world/publish");
     auto& plain = static_cast<PlainSymmetric&>(memory);
-    for (int r = 0; r < size_; ++r) plain.set_peer(r, world_->bases[r]);
+    // Outside its domain a rank knows no buffer, as between machines.
+    for (int r = 0; r < size_; ++r) plain.set_peer(r, same_domain(r) ? world_->bases[r] : nullptr);
     // Nobody publishes the next buffer before every rank has read this one's addresses.
     world_->barrier.arrive_and_wait(rank_, "single-GPU world/published");
   }
@@ -197,6 +201,7 @@ class SingleGpuCommunicator : public CudaComm {
   std::shared_ptr<WorldShared> world_;
   int rank_;
   int size_;
+  int domain_size_;
   int device_;
   int max_sms_;
   uint64_t group_id_;
@@ -207,7 +212,8 @@ class SingleGpuCommunicator : public CudaComm {
 }  // namespace cuda_backend
 
 std::vector<std::shared_ptr<Communicator>> make_single_gpu_world(int world_size, int device,
-                                                                 double timeout_s) {
+                                                                 double timeout_s,
+                                                                 int domain_size) {
   const int count = cuda_device_count();
   MOE_EP_CHECK_ARG(device >= 0 && device < count, "device=", device,
                    " is not a visible CUDA device (", count, " visible)");
@@ -216,6 +222,12 @@ std::vector<std::shared_ptr<Communicator>> make_single_gpu_world(int world_size,
                    cuda_backend::Policy::kMaxPeers, "]");
   MOE_EP_CHECK_ARG(std::isfinite(timeout_s) && timeout_s >= 0 && timeout_s <= 1e9,
                    "make_single_gpu_world: timeout_s=", timeout_s, " must be in [0, 1e9]");
+  MOE_EP_CHECK_ARG(domain_size >= 0 && domain_size <= world_size,
+                   "make_single_gpu_world: domain_size=", domain_size,
+                   " must be in [0, world_size=", world_size, "]");
+  const int domain = domain_size > 0 ? domain_size : world_size;
+  MOE_EP_CHECK_ARG(world_size % domain == 0, "make_single_gpu_world: domain_size=", domain_size,
+                   " does not divide world_size=", world_size);
   int sms = 0;
   MOE_EP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   const int per_rank = sms / world_size;
@@ -249,14 +261,16 @@ std::vector<std::shared_ptr<Communicator>> make_single_gpu_world(int world_size,
           device, cuda_backend::kControlBytesPerRank * world_size, stream.get()));
     }
   }
-  for (auto& control : controls) {
-    for (int r = 0; r < world_size; ++r) control->set_peer(r, controls[r]->local());
+  for (int q = 0; q < world_size; ++q) {
+    for (int r = 0; r < world_size; ++r) {
+      controls[q]->set_peer(r, q / domain == r / domain ? controls[r]->local() : nullptr);
+    }
   }
   const uint64_t group_id = cuda_backend::next_group_id();
   std::vector<std::shared_ptr<Communicator>> out;
   for (int r = 0; r < world_size; ++r) {
     out.push_back(std::make_shared<cuda_backend::SingleGpuCommunicator>(
-        shared, r, world_size, device, per_rank, group_id, std::move(controls[r])));
+        shared, r, world_size, domain, device, per_rank, group_id, std::move(controls[r])));
   }
   return out;
 }
