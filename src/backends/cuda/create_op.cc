@@ -93,18 +93,11 @@ void rendezvous(CudaComm& comm, const ConfigValues& values, const std::string& r
     // NCCL's receive waits for a missing peer forever: bound the host's wait (twice the
     // kernel's own limit, so that its report comes first).
     const double limit_s = 2 * Knobs::get().timeout_s;
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(limit_s);
-    while (true) {
-      const cudaError_t status = cudaStreamQuery(stream);
-      if (status == cudaSuccess) break;
-      if (status != cudaErrorNotReady) MOE_EP_CUDA_CHECK(status);
-      if (std::chrono::steady_clock::now() > deadline) {
-        throw Timeout(detail::concat("create_op: rank ", rank, " timed out after ", limit_s,
-                                     " s in the creation exchange with the other domains' ranks (",
-                                     comm.transport().name(),
-                                     "); a peer is dead or not creating an op (MOE_EP_TIMEOUT_S)"));
-      }
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    if (!poll_done([stream] { return cudaStreamQuery(stream); }, limit_s)) {
+      throw Timeout(detail::concat("create_op: rank ", rank, " timed out after ", limit_s,
+                                   " s in the creation exchange with the other domains' ranks (",
+                                   comm.transport().name(),
+                                   "); a peer is dead or not creating an op (MOE_EP_TIMEOUT_S)"));
     }
   } else {
     MOE_EP_CUDA_CHECK(cudaStreamSynchronize(stream));  // bounded by the kernel's timeout

@@ -29,26 +29,17 @@ void CudaOp::wait_bounded(cudaEvent_t event, const char* what) {
   // Twice the kernels' own limit, so that a wait of theirs that gives up is reported by them
   // (naming the phase and the peer) before the host blames the transport.
   const double limit_s = 2 * Knobs::get().timeout_s;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(limit_s);
-  while (true) {
-    const cudaError_t status = cudaEventQuery(event);
-    if (status == cudaSuccess) return;
-    if (status != cudaErrorNotReady) MOE_EP_CUDA_CHECK(status);
-    if (std::chrono::steady_clock::now() > deadline) {
-      std::string peers;
-      for (int n = 0; n < nodes_.num_nodes; ++n) {
-        if (n == nodes_.node) continue;
-        peers += detail::concat(peers.empty() ? "" : ", ", nodes_.rail_peer(rank_, n));
-      }
-      poison_and_throw(Timeout(detail::concat(
-          "timed out after ", limit_s, " s waiting on the host for ", what, ": rank ", rank_,
-          "'s stream holds transport exchanges with its rail peers [", peers, "] (",
-          comm_->transport().name(),
-          "); a peer is dead or not calling the same op "
-          "(MOE_EP_TIMEOUT_S)")));
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(20));
+  if (poll_done([event] { return cudaEventQuery(event); }, limit_s)) return;
+  std::string peers;
+  for (int n = 0; n < nodes_.num_nodes; ++n) {
+    if (n == nodes_.node) continue;
+    peers += detail::concat(peers.empty() ? "" : ", ", nodes_.rail_peer(rank_, n));
   }
+  poison_and_throw(Timeout(
+      detail::concat("timed out after ", limit_s, " s waiting on the host for ", what, ": rank ",
+                     rank_, "'s stream holds transport exchanges with its rail peers [", peers,
+                     "] (", comm_->transport().name(),
+                     "); a peer is dead or not calling the same op (MOE_EP_TIMEOUT_S)")));
 }
 
 void CudaOp::step_across_nodes(StepParams sp, cudaStream_t stream) {

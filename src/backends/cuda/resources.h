@@ -7,8 +7,10 @@
 
 #include <cuda_runtime.h>
 
+#include <chrono>
 #include <cstddef>
 #include <cstring>
+#include <thread>
 #include <utility>
 
 #include "backends/cuda/cuda_check.h"
@@ -50,6 +52,21 @@ class Stream {
  private:
   cudaStream_t stream_ = nullptr;
 };
+
+// Polls `query()` (cudaEventQuery or cudaStreamQuery on some work) until it reports the work done
+// or `limit_s` seconds have passed: true when done, false at the limit; any other error throws.
+// For host waits on work that may hold a transport's receive, which never times out by itself.
+template <typename Query>
+bool poll_done(Query query, double limit_s) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(limit_s);
+  while (true) {
+    const cudaError_t status = query();
+    if (status == cudaSuccess) return true;
+    if (status != cudaErrorNotReady) MOE_EP_CUDA_CHECK(status);
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+}
 
 // cudaMalloc'd memory of `count` elements of T on `device`.
 template <typename T>
