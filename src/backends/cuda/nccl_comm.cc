@@ -87,8 +87,9 @@ NcclCommunicator::NcclCommunicator(ncclComm_t comm, int device, uint64_t group_i
   domain_size_ = size_;
   if (size_ > 1) {
     const ncclTeam_t lsa = ncclTeamLsa(comm_);
-    if (lsa.nRanks < 1 || size_ % lsa.nRanks != 0 || lsa.stride != 1 ||
-        lsa.rank != rank_ % lsa.nRanks) {
+    const bool one_domain = lsa.nRanks == size_;  // taken as it is (one machine)
+    if (!one_domain && (lsa.nRanks < 1 || size_ % lsa.nRanks != 0 || lsa.stride != 1 ||
+                        lsa.rank != rank_ % lsa.nRanks)) {
       // Nothing is held yet; a communicator made here is destroyed by its maker's catch.
       throw InvalidArgument(detail::concat(
           "NCCL communicator of ", size_, " ranks: rank ", rank_,
