@@ -234,63 +234,62 @@ TEST_F(GpuAgreement, RejectFromAnUpperLayerFailsEveryRank) {
   check_round(c, world_size, after[0]);
 }
 
-TEST_F(GpuAgreement, RejectedCreationFailsEveryRankAtOnceAndTheNextWorks) {
+// Three ranks create an op that rank 2 rejects (topk=0), rank `late` (if any) joining 500 ms
+// after the others; then every rank creates the good op and runs a round, checked exactly.
+// Returns each rank's outcome of the first creation and the seconds it took.
+struct RejectedCreation {
+  std::vector<RankOutcome> first;
+  std::vector<double> seconds;
+};
+RejectedCreation rejected_creation_then_round(uint64_t salt, int late = -1) {
   const int world_size = 3;
-  OpConfig c = small_config(world_size);
-  std::vector<RankOutcome> first(world_size);
-  std::vector<double> seconds(world_size);
+  const OpConfig c = small_config(world_size);
+  RejectedCreation out{std::vector<RankOutcome>(world_size), std::vector<double>(world_size)};
   std::vector<RoundResult> after =
-      testing::make_round_results(world_size, {inputs_for(c, world_size, 8)});
+      testing::make_round_results(world_size, {inputs_for(c, world_size, salt)});
   auto comms = make_single_gpu_world(world_size);
   testing::run_world(comms, [&](int rank, const std::shared_ptr<Communicator>& comm) {
     OpConfig mine = c;
     if (rank == 2) mine.topk = 0;
+    if (rank == late) std::this_thread::sleep_for(std::chrono::milliseconds(500));
     const auto start = std::chrono::steady_clock::now();
-    first[rank] = testing::outcome_of([&] { create_op(comm, mine); });
-    seconds[rank] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    out.first[rank] = testing::outcome_of([&] { create_op(comm, mine); });
+    out.seconds[rank] =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     auto op = testing::kept_op(comm, c);
     TestStream stream;
     testing::gpu_round(*op, rank, world_size, after[0], {stream.s, stream.s});
   });
-  expect_error(first[2], ErrorCode::kInvalidArgument, {"topk=0 must be in [1, num_experts=12]"}, 2);
+  check_round(c, world_size, after[0]);
+  expect_error(out.first[2], ErrorCode::kInvalidArgument, {"topk=0 must be in [1, num_experts=12]"},
+               2);
+  return out;
+}
+
+TEST_F(GpuAgreement, RejectedCreationFailsEveryRankAtOnceAndTheNextWorks) {
+  const RejectedCreation got = rejected_creation_then_round(8);
   for (int r : {0, 1}) {
-    expect_error(first[r], ErrorCode::kInvalidArgument,
+    expect_error(got.first[r], ErrorCode::kInvalidArgument,
                  {"create_op aborted: rank 2 rejected its configuration",
                   "topk=0 on rank 2, topk=2 on rank "},
                  r);
-    EXPECT_LT(seconds[r], 3.0) << "rank " << r << " waited for the timeout";
+    EXPECT_LT(got.seconds[r], 3.0) << "rank " << r << " waited for the timeout";
   }
-  check_round(c, world_size, after[0]);
 }
 
 // The same with rank 1 late: ranks 0 and 2 have left the rejected round (and posted their next
 // attempt) before rank 1 posts its join to it. That stale join must not count for their next
 // creation, nor their next attempts for rank 1's rejected round: before the fix the creation
-// rendezvous paired rounds one apart and every rank timed out (docs/perf-notes.md, v17).
+// rendezvous paired rounds one apart and every rank timed out (docs/perf-notes.md, v17). Rank
+// 1's message may lack the differing field (rank 2's slot may already hold its next attempt).
 TEST_F(GpuAgreement, RejectedCreationWithALateRankFailsEveryRankAndTheNextWorks) {
-  const int world_size = 3;
-  OpConfig c = small_config(world_size);
-  std::vector<RankOutcome> first(world_size);
-  std::vector<RoundResult> after =
-      testing::make_round_results(world_size, {inputs_for(c, world_size, 10)});
-  auto comms = make_single_gpu_world(world_size);
-  testing::run_world(comms, [&](int rank, const std::shared_ptr<Communicator>& comm) {
-    OpConfig mine = c;
-    if (rank == 2) mine.topk = 0;
-    if (rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(500));
-    first[rank] = testing::outcome_of([&] { create_op(comm, mine); });
-    auto op = testing::kept_op(comm, c);
-    TestStream stream;
-    testing::gpu_round(*op, rank, world_size, after[0], {stream.s, stream.s});
-  });
-  expect_error(first[2], ErrorCode::kInvalidArgument, {"topk=0 must be in [1, num_experts=12]"}, 2);
+  const RejectedCreation got = rejected_creation_then_round(10, /*late=*/1);
   for (int r : {0, 1}) {
-    expect_error(first[r], ErrorCode::kInvalidArgument,
+    expect_error(got.first[r], ErrorCode::kInvalidArgument,
                  {"create_op aborted: rank 2 rejected its configuration",
                   "topk=0 must be in [1, num_experts=12]"},
                  r);
   }
-  check_round(c, world_size, after[0]);
 }
 
 TEST_F(GpuAgreement, DecodeAcrossNodesRejectedOnEveryRankAndTheNextCreationWorks) {

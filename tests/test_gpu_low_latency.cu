@@ -35,14 +35,10 @@ using testing::LowLatencyRound;
 using testing::RankInput;
 using testing::TestStream;
 
+// The one-GPU world tests' shape (testing/gpu_world.h) with decode slabs of 32 rows per source.
 OpConfig decode_config(int world_size, DtypePair pair) {
-  OpConfig c;
-  c.num_experts = 8 * world_size;
-  c.hidden = 2048;
-  c.topk = 4;
+  OpConfig c = testing::world_test_config(world_size, pair);
   c.max_tokens_per_rank = 32;
-  c.dispatch_dtype = pair.dispatch;
-  c.combine_dtype = pair.combine;
   c.low_latency = true;
   return c;
 }

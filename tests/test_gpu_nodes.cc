@@ -22,10 +22,10 @@ namespace {
 
 using testing::check_round;
 using testing::DtypePair;
-using testing::InputSpec;
 using testing::RankInput;
 using testing::RoundResult;
 using testing::TestStream;
+using testing::world_test_inputs;
 
 struct Nodes {
   int world_size;
@@ -35,44 +35,18 @@ struct Nodes {
   int domain_size = 0;
 };
 
-// Shape of the one-node world tests (test_gpu_world.cu): 8 experts per rank, top-4, hidden
-// 2048, up to 48 tokens per rank.
+// The one-node world tests' shape (testing/gpu_world.h), with the node size.
 OpConfig nodes_config(const Nodes& n, DtypePair pair) {
-  OpConfig c;
-  c.num_experts = 8 * n.world_size;
-  c.hidden = 2048;
-  c.topk = 4;
-  c.max_tokens_per_rank = 48;
-  c.dispatch_dtype = pair.dispatch;
-  c.combine_dtype = pair.combine;
+  OpConfig c = testing::world_test_config(n.world_size, pair);
   c.ranks_per_node = n.ranks_per_node;
   return c;
 }
 
-// Rank 0 sends a full batch, rank 1 none, the others part; no slot names the last rank's
-// experts; 20% of slots masked. Seeds printed by the harness (testing::test_seed).
-std::vector<RankInput> nodes_inputs(const OpConfig& c, int world_size, uint64_t salt,
-                                    bool prequantized = false) {
-  InputSpec spec;
-  spec.world_size = world_size;
-  spec.config = c;
-  spec.mask_prob = 0.2;
-  spec.exclude_dest = world_size - 1;
-  spec.prequantized = prequantized;
-  std::vector<int64_t> tokens(world_size);
-  for (int r = 0; r < world_size; ++r) {
-    tokens[r] = r == 0   ? c.max_tokens_per_rank
-                : r == 1 ? 0
-                         : (7 + 9 * r) % (c.max_tokens_per_rank + 1);
-  }
-  return testing::make_inputs(spec, testing::test_seed() + salt, tokens);
-}
-
 void run_and_check(const Nodes& n, const OpConfig& c, bool prequantized = false) {
   auto comms = make_single_gpu_world(n.world_size, 0, 0, n.domain_size);
-  std::vector<RoundResult> rounds =
-      testing::make_round_results(n.world_size, {nodes_inputs(c, n.world_size, 1, prequantized),
-                                                 nodes_inputs(c, n.world_size, 2, prequantized)});
+  std::vector<RoundResult> rounds = testing::make_round_results(
+      n.world_size, {world_test_inputs(c, n.world_size, 1, prequantized),
+                     world_test_inputs(c, n.world_size, 2, prequantized)});
   testing::run_world(comms, [&](int rank, const std::shared_ptr<Communicator>& comm) {
     auto op = testing::kept_op(comm, c);
     TestStream stream;
@@ -130,7 +104,7 @@ TEST(GpuNodesDomains, NodesLargerThanADomainAreRefusedOnEveryRank) {
   const Nodes n{4, 2, 2};
   const OpConfig good = nodes_config(n, {DispatchDtype::fp8, CombineDtype::bf16});
   std::vector<RoundResult> rounds =
-      testing::make_round_results(n.world_size, {nodes_inputs(good, n.world_size, 6)});
+      testing::make_round_results(n.world_size, {world_test_inputs(good, n.world_size, 6)});
   std::vector<testing::RankOutcome> one_node(n.world_size), nodes_of_4(n.world_size);
   auto comms = make_single_gpu_world(n.world_size, 0, 0, n.domain_size);
   testing::run_world(comms, [&](int rank, const std::shared_ptr<Communicator>& comm) {
@@ -161,11 +135,11 @@ TEST(GpuNodesErrors, RejectedDispatchAndCombineFailEveryRankAndTheOpStaysUsable)
   if (!testing::have_gpu()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
   const Nodes n{4, 2};
   const OpConfig c = nodes_config(n, {DispatchDtype::fp8, CombineDtype::fp8});
-  std::vector<RankInput> bad = nodes_inputs(c, n.world_size, 3);
+  std::vector<RankInput> bad = world_test_inputs(c, n.world_size, 3);
   ASSERT_GT(bad[2].num_tokens, 0);
   bad[2].topk_idx[1] = c.num_experts;  // token 0, slot 1 of rank 2
   std::vector<RoundResult> rounds = testing::make_round_results(
-      n.world_size, {nodes_inputs(c, n.world_size, 4), nodes_inputs(c, n.world_size, 5)});
+      n.world_size, {world_test_inputs(c, n.world_size, 4), world_test_inputs(c, n.world_size, 5)});
   std::vector<testing::RankOutcome> dispatch_error(n.world_size), combine_error(n.world_size);
   auto comms = make_single_gpu_world(n.world_size);
   testing::run_world(comms, [&](int rank, const std::shared_ptr<Communicator>& comm) {
@@ -187,16 +161,19 @@ TEST(GpuNodesErrors, RejectedDispatchAndCombineFailEveryRankAndTheOpStaysUsable)
         std::vector<uint16_t>(static_cast<size_t>(d.num_recv + 1) * c.hidden, 0));
     testing::DeviceBuffer out = testing::DeviceBuffer::copy_of(
         std::vector<uint16_t>(static_cast<size_t>(tokens + 1) * c.hidden, 0));
-    const int64_t out_rows = rank == 2 ? tokens + 1 : tokens;
-    combine_error[rank] = testing::outcome_of([&] {
+    // Combine of the good dispatch from y into out (out_rows rows), then synchronize.
+    const auto combine = [&](const testing::DeviceBuffer& y_rows,
+                             const testing::DeviceBuffer& out_rows_buffer, int64_t out_rows) {
       op->combine(d.handle,
-                  TensorView::matrix(y.ptr.get(), ScalarType::kBFloat16, d.num_recv, c.hidden,
+                  TensorView::matrix(y_rows.ptr.get(), ScalarType::kBFloat16, d.num_recv, c.hidden,
                                      DeviceType::kCuda, 0),
-                  TensorView::matrix(out.ptr.get(), ScalarType::kBFloat16, out_rows, c.hidden,
-                                     DeviceType::kCuda, 0),
+                  TensorView::matrix(out_rows_buffer.ptr.get(), ScalarType::kBFloat16, out_rows,
+                                     c.hidden, DeviceType::kCuda, 0),
                   stream.s);
       op->synchronize(stream.s);
-    });
+    };
+    combine_error[rank] =
+        testing::outcome_of([&] { combine(y, out, rank == 2 ? tokens + 1 : tokens); });
     // The op is usable: the same dispatch's combine, through the harness, then a fresh round.
     res.received[rank] = testing::download_outputs(d);
     res.handles[rank] = d.handle;
@@ -206,13 +183,7 @@ TEST(GpuNodesErrors, RejectedDispatchAndCombineFailEveryRankAndTheOpStaysUsable)
     testing::DeviceBuffer y_good = testing::DeviceBuffer::copy_of(expert);
     testing::DeviceBuffer out_good = testing::DeviceBuffer::copy_of(
         std::vector<uint16_t>(static_cast<size_t>(tokens) * c.hidden, 0xffff));
-    op->combine(d.handle,
-                TensorView::matrix(y_good.ptr.get(), ScalarType::kBFloat16, d.num_recv, c.hidden,
-                                   DeviceType::kCuda, 0),
-                TensorView::matrix(out_good.ptr.get(), ScalarType::kBFloat16, tokens, c.hidden,
-                                   DeviceType::kCuda, 0),
-                stream.s);
-    op->synchronize(stream.s);
+    combine(y_good, out_good, tokens);
     res.out[rank].assign(static_cast<size_t>(tokens) * c.hidden, 0);
     if (tokens > 0)
       testing::device_to_host(res.out[rank].data(), out_good.ptr.get(), res.out[rank].size() * 2);

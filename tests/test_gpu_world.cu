@@ -24,46 +24,15 @@ using testing::make_inputs;
 using testing::RankInput;
 using testing::RoundResult;
 using testing::TestStream;
-
-// A shape that exercises everything in little time: 8 experts per rank, top-4, hidden 2048
-// (16 fp8 blocks, 64 mxfp4 blocks per row), up to 48 tokens per rank.
-OpConfig world_config(int world_size, DtypePair pair) {
-  OpConfig c;
-  c.num_experts = 8 * world_size;
-  c.hidden = 2048;
-  c.topk = 4;
-  c.max_tokens_per_rank = 48;
-  c.dispatch_dtype = pair.dispatch;
-  c.combine_dtype = pair.combine;
-  return c;
-}
-
-// Rank 0 sends a full batch, rank 1 none, the others part; no slot names the last rank's
-// experts, so it receives nothing; 20% of slots masked.
-std::vector<RankInput> world_inputs(const OpConfig& c, int world_size, uint64_t salt,
-                                    bool prequantized = false) {
-  InputSpec spec;
-  spec.world_size = world_size;
-  spec.config = c;
-  spec.mask_prob = 0.2;
-  spec.exclude_dest = world_size - 1;
-  spec.prequantized = prequantized;
-  std::vector<int64_t> tokens(world_size);
-  // Rank 0 full, rank 1 empty, the others spread over [0, max_tokens_per_rank].
-  for (int r = 0; r < world_size; ++r) {
-    tokens[r] = r == 0   ? c.max_tokens_per_rank
-                : r == 1 ? 0
-                         : (7 + 9 * r) % (c.max_tokens_per_rank + 1);
-  }
-  return make_inputs(spec, testing::test_seed() + salt, tokens);
-}
+using testing::world_test_config;
+using testing::world_test_inputs;
 
 // Two rounds on one op per rank, each rank on its own thread and stream; checked exactly.
 void run_and_check(int world_size, const OpConfig& c, bool prequantized = false) {
   auto comms = make_single_gpu_world(world_size);
-  std::vector<RoundResult> rounds = testing::make_round_results(
-      world_size,
-      {world_inputs(c, world_size, 1, prequantized), world_inputs(c, world_size, 2, prequantized)});
+  std::vector<RoundResult> rounds =
+      testing::make_round_results(world_size, {world_test_inputs(c, world_size, 1, prequantized),
+                                               world_test_inputs(c, world_size, 2, prequantized)});
   testing::run_world(comms, [&](int rank, const std::shared_ptr<Communicator>& comm) {
     auto op = testing::kept_op(comm, c);
     TestStream stream;
@@ -88,7 +57,7 @@ TEST_P(SingleGpuWorld, AllDtypePairsEqualTheReference) {
   const int world_size = GetParam();
   for (const DtypePair& pair : testing::all_pairs()) {
     SCOPED_TRACE(testing::pair_name(pair) + " at W=" + std::to_string(world_size));
-    run_and_check(world_size, world_config(world_size, pair));
+    run_and_check(world_size, world_test_config(world_size, pair));
   }
 }
 
@@ -96,7 +65,7 @@ TEST_P(SingleGpuWorld, PrequantizedInputEqualsTheReference) {
   const int world_size = GetParam();
   for (DispatchDtype d : {DispatchDtype::fp8, DispatchDtype::fp4}) {
     SCOPED_TRACE(short_name(d));
-    run_and_check(world_size, world_config(world_size, {d, CombineDtype::fp8}), true);
+    run_and_check(world_size, world_test_config(world_size, {d, CombineDtype::fp8}), true);
   }
 }
 
@@ -111,7 +80,7 @@ TEST(SingleGpuWorldLimits, BudgetsFitTheGpuOrTheWorldSaysSo) {
   MOE_EP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   // 8 ranks of an H200's 132 SMs get 16 each: an explicit 17 is refused on every rank.
   auto comms = make_single_gpu_world(8);
-  OpConfig c = world_config(8, {DispatchDtype::bf16, CombineDtype::bf16});
+  OpConfig c = world_test_config(8, {DispatchDtype::bf16, CombineDtype::bf16});
   c.num_sms = sms / 8 + 1;
   const auto outcomes = testing::run_world_outcomes(
       comms, [&](int, const std::shared_ptr<Communicator>& comm) { create_op(comm, c); });
@@ -129,10 +98,10 @@ TEST(SingleGpuWorldStreams, CallsMoveBetweenStreams) {
   if (!testing::have_gpu()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
   // Dispatch n+1 is queued on another stream than combine n; the op orders its buffer reuse.
   const int world_size = 2;
-  const OpConfig c = world_config(world_size, {DispatchDtype::fp8, CombineDtype::fp8});
+  const OpConfig c = world_test_config(world_size, {DispatchDtype::fp8, CombineDtype::fp8});
   auto comms = make_single_gpu_world(world_size);
   std::vector<std::vector<RankInput>> inputs;
-  for (int i = 0; i < 4; ++i) inputs.push_back(world_inputs(c, world_size, 10 + i));
+  for (int i = 0; i < 4; ++i) inputs.push_back(world_test_inputs(c, world_size, 10 + i));
   std::vector<RoundResult> rounds = testing::make_round_results(world_size, inputs);
   testing::run_world(comms, [&](int rank, const std::shared_ptr<Communicator>& comm) {
     auto op = testing::kept_op(comm, c);
@@ -153,7 +122,7 @@ TEST(SingleGpuWorldStreams, TwoOpsInterleavedOnTwoStreams) {
   // Two micro-batches: ops with instance_id 0 and 1, each dispatched on its own stream before
   // either is combined, then both combines in flight at once.
   const int world_size = 2;
-  OpConfig c0 = world_config(world_size, {DispatchDtype::fp4, CombineDtype::bf16});
+  OpConfig c0 = world_test_config(world_size, {DispatchDtype::fp4, CombineDtype::bf16});
   c0.num_sms = 16;
   OpConfig c1 = c0;
   c1.instance_id = 1;
@@ -161,9 +130,9 @@ TEST(SingleGpuWorldStreams, TwoOpsInterleavedOnTwoStreams) {
   c1.combine_dtype = CombineDtype::fp8;
   auto comms = make_single_gpu_world(world_size);
   std::vector<RoundResult> r0 =
-      testing::make_round_results(world_size, {world_inputs(c0, world_size, 21)});
+      testing::make_round_results(world_size, {world_test_inputs(c0, world_size, 21)});
   std::vector<RoundResult> r1 =
-      testing::make_round_results(world_size, {world_inputs(c1, world_size, 22)});
+      testing::make_round_results(world_size, {world_test_inputs(c1, world_size, 22)});
   testing::run_world(comms, [&](int rank, const std::shared_ptr<Communicator>& comm) {
     auto op0 = testing::kept_op(comm, c0);
     auto op1 = testing::kept_op(comm, c1);
@@ -249,7 +218,7 @@ void run_while_busy(bool two_gpus) {
   const int world_size = 2;
   const int budget = 16;
   const double hold_s = 6.0;
-  OpConfig c = world_config(world_size, {DispatchDtype::fp8, CombineDtype::fp8});
+  OpConfig c = world_test_config(world_size, {DispatchDtype::fp8, CombineDtype::fp8});
   c.max_tokens_per_rank = 512;
   c.num_sms = budget;
   const std::vector<int> devices = two_gpus ? std::vector<int>{0, 1} : std::vector<int>{0};

@@ -108,6 +108,40 @@ inline void run_world(const std::vector<std::shared_ptr<Communicator>>& comms,
   }
 }
 
+// The shape of the one-GPU world tests (test_gpu_world.cu, test_gpu_nodes.cc), which exercises
+// everything in little time: 8 experts per rank, top-4, hidden 2048 (16 fp8 blocks, 64 mxfp4
+// blocks per row), up to 48 tokens per rank.
+inline OpConfig world_test_config(int world_size, DtypePair pair) {
+  OpConfig c;
+  c.num_experts = 8 * world_size;
+  c.hidden = 2048;
+  c.topk = 4;
+  c.max_tokens_per_rank = 48;
+  c.dispatch_dtype = pair.dispatch;
+  c.combine_dtype = pair.combine;
+  return c;
+}
+
+// Their inputs: rank 0 sends a full batch, rank 1 none, the others part; no slot names the last
+// rank's experts, so it receives nothing; 20% of slots masked. Seeded from test_seed() + salt.
+inline std::vector<RankInput> world_test_inputs(const OpConfig& c, int world_size, uint64_t salt,
+                                                bool prequantized = false) {
+  InputSpec spec;
+  spec.world_size = world_size;
+  spec.config = c;
+  spec.mask_prob = 0.2;
+  spec.exclude_dest = world_size - 1;
+  spec.prequantized = prequantized;
+  std::vector<int64_t> tokens(world_size);
+  // Rank 0 full, rank 1 empty, the others spread over [0, max_tokens_per_rank].
+  for (int r = 0; r < world_size; ++r) {
+    tokens[r] = r == 0   ? c.max_tokens_per_rank
+                : r == 1 ? 0
+                         : (7 + 9 * r) % (c.max_tokens_per_rank + 1);
+  }
+  return make_inputs(spec, test_seed() + salt, tokens);
+}
+
 // Streams for one round: dispatch on `dispatch`, combine on `combine` (may differ).
 struct RoundStreams {
   cudaStream_t dispatch = nullptr;

@@ -47,7 +47,7 @@ __global__ void step_kernel(StepParams p) {
   uint64_t peer_info = 0;
   if (p.phase == kStepSettle) {
     const NodeInfo nodes = p.nodes;
-    const auto same_node = [nodes](int q) { return q / nodes.node_size == nodes.node; };
+    const auto same_node = [nodes](int q) { return nodes.same_node(q); };
     peer_info = exchange_step_words(p.info, p.peers, p.layout, StepWords::kNormal, p.step, my_info,
                                     p.my_reason, p.timeout_ns, p.err, votes, same_node, p.words_in);
   } else {

@@ -91,6 +91,23 @@ __device__ __forceinline__ void add_row_steps(const char* row, int64_t payload_b
   }
 }
 
+// Waits until the ready flag of every rank in `mask` (in ascending order) holds `a.tag`;
+// `flag_offset(r)` is where rank r's flag lives in this rank's buffer. Every lane acquires every
+// flag itself, so its own loads of the rows are ordered after. False on every lane when a wait
+// gave up (timeout or another error, already reported).
+template <typename FlagOffset>
+__device__ __forceinline__ bool wait_ready_flags(const ReduceArgs& a, uint64_t mask,
+                                                 FlagOffset flag_offset) {
+  bool ready = true;
+  for (uint64_t m = mask; m != 0 && ready;) {
+    const int r = next_dest(m);
+    uint64_t word = 0;
+    ready = wait_tagged(reinterpret_cast<const uint64_t*>(a.self + flag_offset(r)), 0, a.tag,
+                        a.timeout_ns, a.err, kPhaseCombineWait, a.rank, r, &word);
+  }
+  return __all_sync(0xffffffffu, ready);
+}
+
 // Receiver role for elements [begin, end) of token t, whose rows come from the ranks in `mask`;
 // `flag_offset(r)` is where rank r's ready flag for that range lives in this rank's buffer.
 // Returns false when a wait gave up (timeout or another error).
@@ -100,15 +117,7 @@ __device__ __forceinline__ bool reduce_combine_range(const ReduceArgs& a, int64_
                                                      FlagOffset flag_offset, int lane) {
   const int hidden = a.hidden;
   const int64_t payload_bytes = formats::payload_bytes_of<F>(hidden);
-  // Every lane acquires every flag itself, so its own loads of the rows are ordered after.
-  bool ready = true;
-  for (uint64_t m = mask; m != 0 && ready;) {
-    const int r = next_dest(m);
-    uint64_t word = 0;
-    ready = wait_tagged(reinterpret_cast<const uint64_t*>(a.self + flag_offset(r)), 0, a.tag,
-                        a.timeout_ns, a.err, kPhaseCombineWait, a.rank, r, &word);
-  }
-  if (!__all_sync(0xffffffffu, ready)) return false;
+  if (!wait_ready_flags(a, mask, flag_offset)) return false;
   for (int64_t base = begin; base < end; base += kElemsPerWarpStep * kCombineUnroll) {
     float acc[kCombineUnroll][kElemsPerLane];
 #pragma unroll

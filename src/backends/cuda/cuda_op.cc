@@ -119,7 +119,7 @@ void CudaOp::publish() {
   peers_ = buffer_->peers();
   if (nodes_.several()) {
     for (int r = 0; r < world_size_; ++r) {
-      if (r / nodes_.node_size != nodes_.node) peers_.base[r] = nullptr;
+      if (!nodes_.same_node(r)) peers_.base[r] = nullptr;
     }
   }
   // At debug level, the peer table every kernel of this op will use: one line per rank, so the
@@ -256,12 +256,10 @@ DispatchResult CudaOp::dispatch(const DispatchArgs& args) {
                       sink};
       np.nodes = nodes_;
       np.remote_experts = remote_experts_.get();
-      if (nodes_.several()) {
-        notify_across_nodes(np, stream);
-      } else {
+      if (!nodes_.several()) {
         MOE_EP_CUDA_CHECK(launch_notify(np, num_sms_ * Policy::kNotifyBlocksPerSm, stream));
-      }
-      if (nodes_.several()) {
+      } else {
+        notify_across_nodes(np, stream);
         const NodePositionsParams pp{info,
                                      nodes_,
                                      pos_.get(),

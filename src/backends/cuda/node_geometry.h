@@ -28,6 +28,7 @@ struct NodeInfo {
   }
   MOE_EP_HD bool several() const { return num_nodes > 1; }
   MOE_EP_HD int32_t first_rank() const { return node * node_size; }
+  MOE_EP_HD bool same_node(int32_t rank) const { return rank / node_size == node; }
   // Remote node n's index in the buffers kept per remote node ([N - 1, ...]), n != node.
   MOE_EP_HD int32_t slot(int32_t n) const { return n < node ? n : n - 1; }
   MOE_EP_HD int32_t node_of_slot(int32_t s) const { return s < node ? s : s + 1; }

@@ -182,21 +182,15 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
   const int64_t payload_bytes = formats::payload_bytes_of<F>(hidden);
   const char* self = p.peers.base[info.rank];
   const int lane = c.lane;
+  const ReduceArgs flags{self, p.layout, hidden, info.rank, p.out, p.step, p.timeout_ns, p.err};
   for (int64_t t = c.warp; t < p.num_tokens; t += c.num_warps) {
     const TokenRoutes ranks =
         token_routes(p.pos, nullptr, info.max_tokens, info.world_size, t, lane);
     const uint64_t own = ranks.mask & own_node_mask(nodes);
     const TokenRoutes staged =
         token_routes(p.node_pos, nullptr, info.max_tokens, nodes.num_nodes, t, lane);
-    bool ready = true;
-    for (uint64_t m = own; m != 0 && ready;) {
-      const int r = next_dest(m);
-      uint64_t word = 0;
-      ready =
-          wait_tagged(reinterpret_cast<const uint64_t*>(self + p.layout.combine_flag_offset(r, t)),
-                      0, p.step, p.timeout_ns, p.err, kPhaseCombineWait, info.rank, r, &word);
-    }
-    if (!__all_sync(0xffffffffu, ready)) break;  // reported; the other warps stop too
+    const auto flag_offset = [&](int r) { return p.layout.combine_flag_offset(r, t); };
+    if (!wait_ready_flags(flags, own, flag_offset)) break;  // reported; the other warps stop too
     for (int64_t base = 0; base < hidden; base += kElemsPerWarpStep * kU) {
       float acc[kU][kElemsPerLane];
 #pragma unroll

@@ -51,7 +51,7 @@ void CudaOp::step_across_nodes(StepParams sp, cudaStream_t stream) {
   // verdict, so every rank takes this exchange in every step.
   std::vector<TransferPart> sends, recvs;
   for (int q = 0; q < world_size_; ++q) {
-    if (q / nodes_.node_size == nodes_.node) continue;
+    if (nodes_.same_node(q)) continue;
     sends.push_back({q, step_out_.get(), sizeof(StepWire)});
     recvs.push_back({q, steps_in_.get() + q, sizeof(StepWire)});
   }
@@ -75,7 +75,7 @@ void CudaOp::notify_across_nodes(NotifyParams np, cudaStream_t stream) {
   const size_t experts_bytes = sizeof(uint64_t) * layout_.local_experts;
   std::vector<TransferPart> sends, recvs;
   for (int q = 0; q < world_size_; ++q) {
-    if (q / nodes_.node_size == nodes_.node) continue;
+    if (nodes_.same_node(q)) continue;
     sends.push_back({q, self + layout_.counts_offset(parity, rank_, 0), row_bytes});
     recvs.push_back({q, self + layout_.counts_offset(parity, q, 0), row_bytes});
   }
@@ -83,7 +83,7 @@ void CudaOp::notify_across_nodes(NotifyParams np, cudaStream_t stream) {
   sends.clear();
   recvs.clear();
   for (int q = 0; q < world_size_; ++q) {
-    if (q / nodes_.node_size == nodes_.node) continue;
+    if (nodes_.same_node(q)) continue;
     sends.push_back(
         {q, remote_experts_.get() + static_cast<size_t>(q) * layout_.local_experts, experts_bytes});
     recvs.push_back({q, self + layout_.experts_offset(parity, q, 0), experts_bytes});
