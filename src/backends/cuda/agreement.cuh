@@ -22,7 +22,10 @@ namespace moe_ep::cuda_backend {
 
 __global__ void step_kernel(StepParams p) {
   __shared__ StepVotes votes;
-  if (threadIdx.x == 0) init_step_votes(votes, p.err, p.info.world_size);
+  if (threadIdx.x == 0) {
+    init_step_votes(votes, p.err, p.info.world_size);
+    if (p.started_ns != nullptr && p.phase != kStepPost) *p.started_ns = global_timer_ns();
+  }
   __syncthreads();
   const bool rejected = StepInfo::rejected(p.info_word) || votes.scan_rejected;
   const uint64_t my_info =

@@ -117,6 +117,9 @@ class CudaOp final : public OpBase {
   std::string describe_record(const DeviceError& e) const;
   // This rank's buffer and the base of every rank's as its kernels use them, for the logs.
   std::string describe_peers() const;
+  // The step words' tags in this rank's buffer and this rank's tags in its peers' buffers, read
+  // back by the host (for the timeout's log line).
+  std::string describe_step_words() const;
   std::vector<MemoryRange> owned_memory() const;
 
   // A receive part's report that its send part never ran, kept by raise_device_error for the
@@ -131,6 +134,8 @@ class CudaOp final : public OpBase {
   // The peer table the call kernels get (publish): the buffer's, without the other nodes' ranks
   // when there are several nodes.
   PeerTable peers_{};
+  DeviceArray<uint64_t> step_started_;  // [1] the step kernel's start (global timer), for reports
+  int64_t step_launched_ns_ = 0;         // host clock at the latest step's launch, for reports
   DeviceArray<int32_t> pos_;                 // [W, max_tokens]
   DeviceArray<int32_t> send_offset_;         // [W]
   DeviceArray<int32_t> recv_expert_count_;   // [E / W]

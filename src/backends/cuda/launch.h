@@ -69,6 +69,7 @@ struct StepParams {
   int32_t phase = kStepAll;
   StepWire* word_out = nullptr;        // [1]
   const StepWire* words_in = nullptr;  // [W], the other nodes' ranks' slots filled
+  uint64_t* started_ns = nullptr;      // [1] when the exchange began (global timer), for reports
 };
 
 // Checks topk_idx (always: range; validation mode: duplicates) and, in validation mode, x and
