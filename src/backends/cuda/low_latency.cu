@@ -68,7 +68,12 @@ cudaError_t launch_ll_combine(CombineDtype dtype, const LowLatencyParams& p, int
                               cudaStream_t stream) {
   return formats::visit_format(dtype, [&](auto format) {
     using F = decltype(format);
-    return launch_following(ll_combine_kernel<F>, num_blocks, Policy::kDataThreads, stream, p);
+    // The whole combine in one launch sums this rank's own part in place (low_latency_combine.cuh).
+    return p.combine_phase == kLlCombineAll
+               ? launch_following(ll_combine_kernel<F, true>, num_blocks, Policy::kDataThreads,
+                                  stream, p)
+               : launch_following(ll_combine_kernel<F, false>, num_blocks, Policy::kDataThreads,
+                                  stream, p);
   });
 }
 
@@ -90,7 +95,10 @@ cudaError_t preload_ll_kernels() {
     if (status != cudaSuccess) return status;
     status = formats::visit_format(dtype, [](auto format) {
       cudaFuncAttributes a;
-      return cudaFuncGetAttributes(&a, ll_combine_kernel<decltype(format)>);
+      const cudaError_t s = cudaFuncGetAttributes(&a, ll_combine_kernel<decltype(format), true>);
+      return s == cudaSuccess
+                 ? cudaFuncGetAttributes(&a, ll_combine_kernel<decltype(format), false>)
+                 : s;
     });
   }
   return status;

@@ -28,7 +28,9 @@
 //               rank, token) of the source with a ready flag per slice; items after that are
 //               this rank's own (token, slice) pairs, reduced exactly as in normal mode. Sends
 //               are ticketed before any reduce, so the kernel finishes with any resident subset
-//               of its blocks.
+//               of its blocks. In one launch (no hooks) this rank's part of its own tokens is
+//               not sent to itself: the reduce computes it and encodes and decodes it in
+//               registers, the same bits without the round trip through the buffer.
 // Overlap hooks (docs/decode-mode.md#overlap-hooks): a dispatch's send part is the step kernel and
 // ll_send, its receive part ll_expand; a combine's send part is the step kernel and ll_combine
 // launched for the sends only (kLlCombineSend), its receive part ll_combine for this rank's own

@@ -62,7 +62,64 @@ __device__ __forceinline__ uint4 weighted_slot_sum(const LocalSlots& s, const ui
   return lane_pack_bf16(acc);
 }
 
+// The token side for elements [begin, end) of this rank's token t when the whole combine runs in
+// one kernel (kLlCombineAll): this rank's own part is not sent to itself. It is computed here, then
+// encoded and decoded in registers: the same bits a send to itself would have stored and the
+// reduce read back, without the store, the system fences, the flag and the wait on it
+// (docs/perf-notes.md, v18). The other ranks' rows are waited for and added as in normal mode, all
+// in ascending rank order. Returns false when a wait gave up (reported).
 template <typename F>
+__device__ __forceinline__ bool ll_reduce_with_own_part(const LowLatencyParams& p,
+                                                        const ReduceArgs& a, int64_t t,
+                                                        int64_t slice, int64_t begin, int64_t end,
+                                                        int lane) {
+  const RankInfo& info = p.info;
+  const uint64_t mask = p.token_mask[t];
+  const uint64_t own = 1ull << info.rank;
+  const auto flag_offset = [&](int r) { return p.layout.ll_ready_offset(r, t, slice); };
+  if (!wait_ready_flags(a, mask & ~own, flag_offset)) return false;
+  const int hidden = a.hidden;
+  const int k_slots = info.topk;
+  LocalSlots slots{};
+  if ((mask & own) != 0) {
+    const auto* meta =
+        reinterpret_cast<const float*>(a.self + p.layout.ll_meta_offset(info.rank, t));
+    slots = load_local_slots(
+        p.slot_rows + (static_cast<int64_t>(info.rank) * info.max_tokens + t) * k_slots,
+        meta + k_slots, k_slots, lane);
+  }
+  // One warp step at a time (not kCombineUnroll as in normal mode): the own part's slot loads
+  // already keep a group of loads in flight, and the registers of more steps would spill.
+  const int64_t payload_bytes = formats::payload_bytes_of<F>(hidden);
+  for (int64_t base = begin; base < end; base += kElemsPerWarpStep) {
+    const int64_t elem = base + lane * kElemsPerLane;
+    float acc[1][kElemsPerLane];
+#pragma unroll
+    for (int j = 0; j < kElemsPerLane; ++j) acc[0][j] = 0.0f;
+    for (uint64_t m = mask; m != 0;) {  // ascending rank order
+      const int r = next_dest(m);
+      if (r != info.rank) {
+        add_row_steps<F, 1>(a.self + a.layout.combine_row_offset(r, t), payload_bytes, base, end,
+                            lane, acc);
+        continue;
+      }
+      const uint4 v = weighted_slot_sum(slots, p.y, elem, hidden, k_slots);
+      typename F::Params params;
+      LaneWord<F> word;
+      formats::encode_lane<F>(v, word, params);  // every lane, as in the send
+      typename F::Scale scale{};
+      if constexpr (F::kBlock != 0) scale = params.stored;  // what the send stores
+      if (elem < end) lane_decode_add<F>(word, scale, acc[0]);
+    }
+    if (elem < end) *reinterpret_cast<uint4*>(a.out + t * hidden + elem) = lane_pack_bf16(acc[0]);
+  }
+  return true;
+}
+
+// kOwnInPlace: the whole combine in one launch (kLlCombineAll), this rank's own part summed in
+// place (ll_reduce_with_own_part); otherwise one part of a hooked combine, or both, with every
+// part sent. Two instantiations, so that neither carries the other's registers.
+template <typename F, bool kOwnInPlace>
 __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm)
     ll_combine_kernel(LowLatencyParams p) {
   ll_follow_previous_kernel();
@@ -88,6 +145,8 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
   // The step of the dispatch whose rows these are: its flags say which tokens came here.
   const uint64_t dispatch_step = p.state->dispatch_step;
   const ReduceArgs reduce{self, p.layout, hidden, info.rank, p.out, tag, p.timeout_ns, p.err};
+  // In place, this rank's part of its own tokens is summed by their reduces, never sent. A hooked
+  // combine's receive part may run after y has changed, so its send part sends to this rank too.
   while (true) {
     const int64_t item = first + take_ticket(&p.tickets[0], c.lane);
     if (item >= end) break;
@@ -98,6 +157,7 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
     const int64_t stop = begin + slice_elems < hidden ? begin + slice_elems : hidden;
     if (send) {
       const int s = static_cast<int>(row_item / info.max_tokens);
+      if (kOwnInPlace && s == info.rank) continue;
       const int64_t t = row_item - static_cast<int64_t>(s) * info.max_tokens;
       const uint64_t flag =
           __ldcg(reinterpret_cast<const uint64_t*>(self + p.layout.ll_flag_offset(s, t)));
@@ -115,10 +175,15 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
           tag, c.lane);
     } else {
       const int64_t t = row_item;
-      const auto flag_offset = [&](int r) { return p.layout.ll_ready_offset(r, t, slice); };
-      if (!reduce_combine_range<F>(reduce, t, p.token_mask[t], begin, stop, flag_offset, c.lane)) {
-        break;
+      bool done = false;
+      if constexpr (kOwnInPlace) {
+        done = ll_reduce_with_own_part<F>(p, reduce, t, slice, begin, stop, c.lane);
+      } else {
+        const auto flag_offset = [&](int r) { return p.layout.ll_ready_offset(r, t, slice); };
+        done =
+            reduce_combine_range<F>(reduce, t, p.token_mask[t], begin, stop, flag_offset, c.lane);
       }
+      if (!done) break;
     }
   }
   // The last warp out resets the tickets for the next launch, which the op's order (stream or
