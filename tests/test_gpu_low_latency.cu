@@ -89,6 +89,64 @@ INSTANTIATE_TEST_SUITE_P(Ranks, GpuLowLatency, ::testing::Values(2, 4, 8),
                            return "W" + std::to_string(info.param);
                          });
 
+// An expert id out of range on one rank, found on the device by the validate kernel before the
+// decode step: every rank raises it at its next synchronize, naming the slot and the value; the
+// failed call counts nowhere and the op stays usable. At a small and a larger dispatch.
+class GpuLowLatencyScan : public ::testing::TestWithParam<int> {
+ protected:
+  void SetUp() override {
+    if (!testing::have_gpu()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
+  }
+};
+
+TEST_P(GpuLowLatencyScan, OutOfRangeExpertFailsEveryRankAndTheOpStaysUsable) {
+  const int world_size = 2;
+  const int64_t tokens = GetParam();
+  OpConfig c = decode_config(world_size, {DispatchDtype::fp8, CombineDtype::bf16});
+  c.max_tokens_per_rank = tokens;
+  InputSpec spec;
+  spec.world_size = world_size;
+  spec.config = c;
+  spec.mask_prob = 0.2;
+  const auto inputs = [&](uint64_t salt) {
+    return testing::make_inputs(spec, testing::test_seed() + salt, {tokens, tokens});
+  };
+  LowLatencyRound first(world_size, inputs(50));
+  LowLatencyRound last(world_size, inputs(51));
+  std::vector<RankInput> bad = inputs(52);
+  bad[1].topk_idx[3 * c.topk + 1] = 999;
+  std::vector<testing::RankOutcome> outcomes(world_size);
+  auto comms = make_single_gpu_world(world_size);
+  testing::run_world(comms, [&](int rank, const std::shared_ptr<Communicator>& comm) {
+    auto op = testing::kept_op(comm, c);
+    TestStream stream;
+    gpu_low_latency_round(*op, rank, first, stream.s);
+    testing::DeviceInput input(bad[rank], 0);
+    LowLatencyDispatchArgs args(input.view, /*hook=*/false);
+    args.stream = stream.s;
+    outcomes[rank] = testing::outcome_of([&] {
+      op->low_latency_dispatch(args);
+      op->synchronize(stream.s);
+    });
+    gpu_low_latency_round(*op, rank, last, stream.s);
+  });
+  testing::check_low_latency_round(c, world_size, first, 1);
+  for (int r = 0; r < world_size; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    ASSERT_TRUE(outcomes[r].threw) << "an expert id of 999 raised nothing";
+    EXPECT_EQ(outcomes[r].code, ErrorCode::kInvalidArgument) << outcomes[r].message;
+    EXPECT_NE(outcomes[r].message.find("topk_idx[3][1]=999 is out of range"), std::string::npos)
+        << outcomes[r].message;
+  }
+  EXPECT_NE(outcomes[0].message.find("rank 1 rejected"), std::string::npos) << outcomes[0].message;
+  testing::check_low_latency_round(c, world_size, last, 2);
+}
+
+INSTANTIATE_TEST_SUITE_P(Tokens, GpuLowLatencyScan, ::testing::Values(32, 600),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return "T" + std::to_string(info.param);
+                         });
+
 // mxfp4 scale rows of hidden / 32 bytes: at hidden 2080 a row has 65 scale bytes, not whole
 // 4-byte words, so the expand copies them byte by byte instead of by words. Every combine dtype
 // whose block divides 2080 (fp8 blockwise needs a multiple of 128).
