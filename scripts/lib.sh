@@ -18,7 +18,7 @@ MOE_EP_SCRIPT="${MOE_EP_SCRIPT:-$(basename "$0")}"
 # asking dpkg, because on some machines (the GPU images) the same files come from elsewhere.
 MOE_EP_DEB_PACKAGES=(cmake ninja-build g++ git libgtest-dev libcli11-dev nlohmann-json3-dev
   libfmt-dev clang-format python3-dev pybind11-dev python3-numpy python3-pytest python3-venv
-  python3-setuptools python3-matplotlib)
+  python3-setuptools python3-matplotlib libopenmpi-dev openmpi-bin)
 
 moe_ep_log() { printf '[%s] %s\n' "$MOE_EP_SCRIPT" "$*" >&2; }
 moe_ep_die() {
@@ -48,6 +48,8 @@ moe_ep_have_package() {
     libfmt-dev) [[ -e /usr/include/fmt/format.h ]] ;;
     pybind11-dev) [[ -e /usr/include/pybind11/pybind11.h ]] ;;
     python3-matplotlib) [[ -e /usr/lib/python3/dist-packages/matplotlib/__init__.py ]] ;;
+    libopenmpi-dev) command -v mpicxx >/dev/null 2>&1 ;;
+    openmpi-bin) command -v mpirun >/dev/null 2>&1 ;;
     *) return 1 ;;
   esac
 }

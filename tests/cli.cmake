@@ -133,6 +133,43 @@ moe_ep_cli_ok(bench_decode_ranks_per_node "mode decode" "# nodes: 2 of 2" "d_net
               ${MOE_EP_CLI} bench --backend cpu --mode decode --ranks 4 --ranks-per-node 2
               --experts 8 --topk 3 --tokens 6 --masked-fraction 0.2 ${small})
 
+# One rank per process under mpirun (tools/bench_world.h), when moe-ep was built with MPI and
+# mpirun is there: the whole distributed path at -np 1 on the CPU backend (its own rank against
+# the reference of all ranks, times and checks gathered, process 0 prints), and the refusals
+# that every process agrees on at -np 2, before any GPU is touched. Runs with more than one GPU
+# per process world need GPUs (docs/bench.md).
+get_property(moe_ep_bench_has_mpi GLOBAL PROPERTY MOE_EP_BENCH_HAS_MPI)
+find_program(MOE_EP_MPIRUN NAMES mpirun)
+if(moe_ep_bench_has_mpi AND MOE_EP_MPIRUN)
+  function(moe_ep_cli_mpi name want np)
+    add_test(NAME cli_mpi_${name}
+             COMMAND bash ${MOE_EP_CLI_DIR}/expect_mpi.sh ${want} ${ARGN})
+    set_tests_properties(cli_mpi_${name} PROPERTIES LABELS cpu TIMEOUT 150
+                         ENVIRONMENT "MOE_EP_VALIDATE=1")
+  endfunction()
+  set(mpi_small --experts 4 --topk 2 --tokens 5 ${small})
+  moe_ep_cli_mpi(np1_normal ok 1 "# launch: mpirun, one rank per process" "ranks 1"
+                 "# wrong: 0 OK" -- ${MOE_EP_MPIRUN} 1 ${MOE_EP_CLI} bench --backend cpu
+                 ${mpi_small})
+  moe_ep_cli_mpi(np1_decode ok 1 "mode decode" "# launch: mpirun" "# wrong: 0 OK" --
+                 ${MOE_EP_MPIRUN} 1 ${MOE_EP_CLI} bench --backend cpu --mode decode ${mpi_small})
+  moe_ep_cli_mpi(np2_cpu_refused fail 2
+                 "--backend=cpu: the cpu backend runs every rank as a thread of one process" --
+                 ${MOE_EP_MPIRUN} 2 ${MOE_EP_CLI} bench --backend cpu ${mpi_small})
+  moe_ep_cli_mpi(np2_ranks_refused fail 2
+                 "--ranks=3: under mpirun each process is one rank: --ranks must be mpirun's -np (2)"
+                 -- ${MOE_EP_MPIRUN} 2 ${MOE_EP_CLI} bench --ranks 3 ${mpi_small})
+  moe_ep_cli_mpi(np2_node_split_refused fail 2
+                 "--ranks-per-node=1 but rank 0's host runs 2 rank(s), 0-1" --
+                 ${MOE_EP_MPIRUN} 2 ${MOE_EP_CLI} bench --ranks-per-node 1 ${mpi_small})
+  moe_ep_cli_mpi(np4_node_split_refused fail 4
+                 "--ranks-per-node=2 but rank 0's host runs 4 rank(s), 0-3" --
+                 ${MOE_EP_MPIRUN} 4 ${MOE_EP_CLI} bench --ranks-per-node 2 ${mpi_small})
+  moe_ep_cli_mpi(np2_baseline_refused fail 2
+                 "--baseline=nccl: the NCCL baseline runs with a thread per GPU only, not yet under mpirun" --
+                 ${MOE_EP_MPIRUN} 2 ${MOE_EP_CLI} bench --baseline nccl ${mpi_small})
+endif()
+
 # moe-ep config: resolution, sources, warnings, knobs.
 moe_ep_cli_ok(config_fp4 "mxfp4_blockwise" "float8_blockwise" "auto: weights mxfp4" "knobs:"
               "MOE_EP_TIMEOUT_S" -- ${MOE_EP_CLI} config --weights fp4)

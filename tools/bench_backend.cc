@@ -10,6 +10,17 @@ namespace moe_ep::cli {
 
 __attribute__((weak)) int cuda_device_count() { return 0; }
 
+std::vector<std::shared_ptr<Communicator>> BenchBackend::process_communicators(
+    int rank, int ranks, int device, const std::string& unique_id) {
+  (void)device;
+  (void)unique_id;
+  if (rank != 0 || ranks != 1) {
+    throw InvalidArgument(std::string("the ") + to_string(kind()) +
+                          " backend runs every rank in one process: under mpirun only -np 1");
+  }
+  return communicators(1);
+}
+
 void BenchBackend::enable_nccl_baseline() {
   throw Internal(std::string("bench: the ") + to_string(kind()) + " backend has no NCCL baseline");
 }

@@ -50,6 +50,14 @@ class BenchBackend {
   // at index i. A backend may measure its link floor here.
   virtual std::vector<std::shared_ptr<Communicator>> communicators(int ranks) = 0;
 
+  // Under mpirun (bench_world.h), one rank per process. Process 0 calls nccl_unique_id() and
+  // every process gets its bytes; then every process calls process_communicators(): a vector of
+  // `ranks` entries with only `rank`'s set, that rank on `device` of this host. Instead of
+  // communicators(). The defaults (cpu): no id, and a world of one rank only.
+  virtual std::string nccl_unique_id() { return ""; }
+  virtual std::vector<std::shared_ptr<Communicator>> process_communicators(
+      int rank, int ranks, int device, const std::string& unique_id);
+
   // First call on a rank's thread (CUDA: cudaSetDevice, then create the stream and events once).
   // A rank may be bound again by a later thread (one set of threads per dtype pair).
   virtual void bind_rank(int rank) = 0;

@@ -1,5 +1,7 @@
 // The CUDA bench backend: one GPU per rank (rank r on device r), one NCCL communicator per
 // device from ncclCommInitAll, a non-blocking stream and a pair of events per leg on every rank.
+// Under mpirun (bench_world.h) this process holds one rank, on its host's GPU of the process's
+// index there, with a communicator made from process 0's NCCL unique id (process_communicators).
 // The link floor is the copy engine's peer bandwidth between GPUs 0 and 1, measured once at
 // start-up one way and both ways at once; the lower of the two is the floor, since every rank
 // sends and receives during a leg (one way 394 GB/s on the 2 x H200 NV18 machine).
@@ -120,7 +122,7 @@ class CudaBenchBackend final : public BenchBackend {
     for (size_t r = 0; r < ranks_.size(); ++r) {
       RankState& st = ranks_[r];
       if (st.nccl_send == nullptr && st.nccl_recv == nullptr) continue;
-      cudaSetDevice(static_cast<int>(r));
+      cudaSetDevice(device_of(static_cast<int>(r)));
       cudaFree(st.nccl_send);
       cudaFree(st.nccl_recv);
     }
@@ -163,8 +165,27 @@ class CudaBenchBackend final : public BenchBackend {
     return comms;
   }
 
+  std::string nccl_unique_id() override { return moe_ep::nccl_unique_id(); }
+
+  std::vector<std::shared_ptr<Communicator>> process_communicators(
+      int rank, int ranks, int device, const std::string& unique_id) override {
+    const int visible = moe_ep::cuda_device_count();
+    if (device >= visible) {
+      throw InvalidArgument(fmt::format(
+          "rank {} is process {} of its host, which sees {} CUDA device(s): one GPU per "
+          "process (mpirun -np at most the GPUs of each host)",
+          rank, device, visible));
+    }
+    devices_.assign(ranks, -1);
+    devices_[rank] = device;
+    ranks_.resize(ranks);
+    std::vector<std::shared_ptr<Communicator>> comms(ranks);
+    comms[rank] = make_nccl_communicator(unique_id, rank, ranks, device);
+    return comms;
+  }
+
   void bind_rank(int rank) override {
-    MOE_EP_CUDA_CHECK(cudaSetDevice(rank));
+    MOE_EP_CUDA_CHECK(cudaSetDevice(device_of(rank)));
     RankState& st = ranks_[rank];
     if (st.stream != nullptr) return;
     MOE_EP_CUDA_CHECK(cudaStreamCreateWithFlags(&st.stream, cudaStreamNonBlocking));
@@ -185,7 +206,7 @@ class CudaBenchBackend final : public BenchBackend {
     t.view = shape;
     t.view.data = data;
     t.view.device = DeviceType::kCuda;
-    t.view.device_index = rank;
+    t.view.device_index = device_of(rank);
     return t;
   }
 
@@ -352,6 +373,9 @@ class CudaBenchBackend final : public BenchBackend {
     nccl_comms_[rank] = nullptr;
   }
 
+  // Rank r's device: r with a thread per GPU, this host's process index under mpirun.
+  int device_of(int rank) const { return devices_.empty() ? rank : devices_[rank]; }
+  std::vector<int> devices_;      // [ranks] under mpirun (only this process's rank set); else empty
   std::vector<RankState> ranks_;  // [ranks]; each rank's thread touches only its own entry
   std::optional<PeerCopy> peer_copy_;
   bool nccl_baseline_ = false;

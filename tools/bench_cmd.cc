@@ -3,17 +3,22 @@
 // JSON. With a --tokens list, each size gets its own inputs and ops, one size after the other.
 // Exit 0 when every checked element matched, 1 when any differs. --mode decode times decode
 // mode's low_latency_dispatch / low_latency_combine instead of dispatch / combine.
+#include <fmt/format.h>
+
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <charconv>
 #include <iostream>
 #include <iterator>
+#include <sstream>
 
 #include "bench_backend.h"
 #include "bench_options.h"
 #include "bench_report.h"
 #include "bench_runner.h"
+#include "bench_world.h"
 #include "commands.h"
+#include "moe_ep/errors.h"
 
 namespace moe_ep::cli {
 namespace {
@@ -65,7 +70,24 @@ void add_double(CLI::App* cmd, const std::string& flag, double& target, const st
       ->type_name("FLOAT");
 }
 
-int run(const BenchOptions& options, LogBuffer& logs) {
+// Under mpirun: the first problem any process found, raised on every process alike (an empty
+// `mine` is none). Every process calls it at the same point.
+void raise_any(BenchWorld& world, const std::string& mine) {
+  for (const std::string& problem : world.allgather(mine)) {
+    if (!problem.empty()) throw InvalidArgument(problem);
+  }
+}
+
+int run(BenchOptions options, LogBuffer& logs) {
+  // Under mpirun one rank per process (bench_world.h): the node split is checked first, on every
+  // host, and agreed before any GPU is touched.
+  const std::unique_ptr<BenchWorld> world = make_bench_world();
+  if (world->distributed()) {
+    options.process_ranks = world->size();
+    raise_any(*world, node_split_problem(world->rank(), world->size(), world->local_size(),
+                                         world->local_first(), world->local_consecutive(),
+                                         options.ranks_per_node.value_or(0)));
+  }
   const BenchPlan plan = plan_bench(options);
   logs.flush_to_stderr();  // the arguments are good: from here on the library logs directly
 
@@ -78,9 +100,26 @@ int run(const BenchOptions& options, LogBuffer& logs) {
     backend->enable_nccl_baseline();  // its communicators are made in communicators()
   }
   // Communicators first: a backend may measure its link floor while it sets them up.
-  const std::vector<std::shared_ptr<Communicator>> comms = backend->communicators(plan.shape.ranks);
+  std::vector<std::shared_ptr<Communicator>> comms;
+  if (world->distributed()) {
+    // Rank r runs on device (r's index among its host's processes). NCCL's initialisation waits
+    // for every rank, so a process without a GPU says so on every process before it starts.
+    const int device = world->local_rank();
+    const int visible = plan.backend == Backend::kCuda ? cuda_device_count() : 1;
+    raise_any(*world, device < visible ? std::string()
+                                       : fmt::format("rank {} is process {} of its host, which "
+                                                     "sees {} CUDA device(s): one GPU per process",
+                                                     world->rank(), device, visible));
+    const std::string id = world->broadcast(world->root() ? backend->nccl_unique_id() : "");
+    comms = backend->process_communicators(world->rank(), plan.shape.ranks, device, id);
+  } else {
+    comms = backend->communicators(plan.shape.ranks);
+  }
   const std::optional<double> floor = backend->link_floor_gbps();
-  print_header(std::cout, plan, backend->describe(plan.shape.ranks));
+  // Only process 0 prints (and writes --json); every process gets every rank's results.
+  std::ostringstream discard;
+  std::ostream& out = world->root() ? std::cout : discard;
+  print_header(out, plan, backend->describe(plan.shape.ranks));
 
   // One token size at a time: its inputs, then every (SMs, dispatch, combine) of the plan.
   std::vector<PairResult> results;
@@ -89,14 +128,17 @@ int run(const BenchOptions& options, LogBuffer& logs) {
     const BenchPlan sized = plan_at_tokens(plan, tokens);
     const BenchInputs inputs = make_bench_inputs(sized);
     std::vector<PairResult> sized_results =
-        run_bench(sized, *backend, comms, inputs, [&](const PairResult& result) {
+        run_bench(*world, sized, *backend, comms, inputs, [&](const PairResult& result) {
           metrics.push_back(pair_metrics(sized, inputs, result, floor));
-          print_row(std::cout, plan, result, metrics.back());
+          print_row(out, plan, result, metrics.back());
+          discard.str("");
         });
     std::move(sized_results.begin(), sized_results.end(), std::back_inserter(results));
   }
-  const int64_t wrong = print_footer(std::cout, plan, results);
-  if (!plan.json_path.empty()) write_json(plan.json_path, plan, backend_name, results, metrics);
+  const int64_t wrong = print_footer(out, plan, results);
+  if (!plan.json_path.empty() && world->root()) {
+    write_json(plan.json_path, plan, backend_name, results, metrics);
+  }
   return wrong == 0 ? 0 : 1;
 }
 

@@ -144,6 +144,10 @@ BenchPlan plan_bench(const BenchOptions& o) {
   BenchPlan plan;
   plan.mode = parse_mode(o.mode);
   plan.backend = parse_backend(o.backend);
+  if (o.baseline == "nccl" && o.process_ranks > 0) {
+    bad_argument("--baseline", o.baseline,
+                 "the NCCL baseline runs with a thread per GPU only, not yet under mpirun");
+  }
   plan.nccl_baseline = parse_baseline(o.baseline, plan.backend, plan.mode);
   const Knobs& knobs = Knobs::get();  // a bad MOE_EP_* value fails here, naming the variable
   const WeightDtype weights = parse_weights(o.weights);
@@ -199,6 +203,22 @@ BenchPlan plan_bench(const BenchOptions& o) {
   const int visible_gpus = plan.backend == Backend::kCuda ? cuda_device_count() : 0;
   InputShape& s = plan.shape;
   s.ranks = o.ranks.value_or(plan.backend == Backend::kCuda ? visible_gpus : d.ranks);
+  plan.one_rank_per_process = o.process_ranks > 0;
+  if (plan.one_rank_per_process) {
+    // Under mpirun every process is one rank (bench_world.h): --ranks is mpirun's -np.
+    if (o.ranks && *o.ranks != o.process_ranks) {
+      bad_argument("--ranks", std::to_string(*o.ranks),
+                   "under mpirun each process is one rank: --ranks must be mpirun's -np (" +
+                       std::to_string(o.process_ranks) + ") or left out");
+    }
+    s.ranks = o.process_ranks;
+    if (plan.backend == Backend::kCpu && s.ranks > 1) {
+      bad_argument("--backend", "cpu",
+                   "the cpu backend runs every rank as a thread of one process; under mpirun "
+                   "-np " +
+                       std::to_string(s.ranks) + " use --backend cuda (or run without mpirun)");
+    }
+  }
   plan.token_sizes = o.tokens;
   if (plan.token_sizes.empty()) {
     plan.token_sizes = {plan.mode == BenchMode::kDecode ? kDecodeTokens : d.tokens};
@@ -219,7 +239,8 @@ BenchPlan plan_bench(const BenchOptions& o) {
   plan.json_path = o.json_path;
 
   check_at_least("--ranks", s.ranks, 1, "ranks");
-  if (plan.backend == Backend::kCuda && s.ranks > visible_gpus) {
+  // Under mpirun each process needs one GPU of its host (checked when its communicator is made).
+  if (plan.backend == Backend::kCuda && !plan.one_rank_per_process && s.ranks > visible_gpus) {
     bad_argument("--ranks", std::to_string(s.ranks),
                  "ranks must be <= " + std::to_string(visible_gpus) +
                      ", the number of visible CUDA devices (one rank per GPU)");

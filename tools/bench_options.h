@@ -34,6 +34,9 @@ struct BenchOptions {
   double x_std = 0.02;            // standard deviation of the gaussian x (docs/bench.md)
   std::string baseline = "none";  // none|nccl (nccl: cuda backend only)
   std::vector<int> num_sms;       // --num-sms 8,16,32: one run per budget; empty: the default
+  // Not a flag: under mpirun, the number of processes (one rank each, bench_world.h); 0 when the
+  // ranks are threads of this process.
+  int process_ranks = 0;
 };
 
 // What a run times: dispatch/combine, or decode mode's low_latency_dispatch/low_latency_combine
@@ -68,6 +71,7 @@ struct BenchPlan {
   std::vector<DtypePair> pairs;    // in the order they run and print (budgets outer, pairs inner)
   bool sms_column = false;         // --num-sms given: the table shows the budget
   std::vector<std::string> notes;  // how `auto` resolved, for the header
+  bool one_rank_per_process = false;  // under mpirun (BenchOptions::process_ranks)
 };
 
 BenchPlan plan_bench(const BenchOptions& options);

@@ -74,6 +74,10 @@ void print_header(std::ostream& os, const BenchPlan& plan, const std::string& ba
       to_string(plan.mode), backend, s.ranks, fmt::join(plan.token_sizes, ","), max, s.hidden,
       s.experts, s.topk, s.masked_fraction, s.x_std, plan.iters, plan.warmup, s.seed,
       plan.check ? "on" : "off");
+  if (plan.one_rank_per_process) {
+    os << "# launch: mpirun, one rank per process; every process checks its own rank against the "
+          "reference of all ranks, times are gathered\n";
+  }
   if (several_nodes(plan)) {
     os << fmt::format(
         "# nodes: {} of {} ranks each (--ranks-per-node {}): ranks [n*{}, (n+1)*{}) form node n; "

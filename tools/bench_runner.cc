@@ -16,6 +16,11 @@
 // baseline in decode mode (plan_bench rejects it).
 // A failing rank aborts the harness barrier so that the others stop at their next barrier
 // instead of waiting forever; waits inside the library are bounded by its own timeout.
+// Under mpirun (bench_world.h) this process runs its own rank only: it computes the reference of
+// every rank (the inputs are the same everywhere, made from the seed), its iterations start at a
+// barrier of all processes, a failure ends every process (BenchWorld::abort), and after each pair
+// every rank's times, checks and error sums are gathered so that every process holds the whole
+// table (process 0 prints it).
 #include "bench_runner.h"
 
 #include <fmt/format.h>
@@ -76,8 +81,9 @@ class Barrier {
 
 // State shared by the rank threads of one pair; entry r belongs to rank r's thread.
 struct PairShared {
-  explicit PairShared(int ranks)
-      : barrier(ranks),
+  // `threads`: the ranks this process runs (all of them, or under mpirun one).
+  PairShared(int ranks, int threads)
+      : barrier(threads),
         ref_recv(ranks),
         ref_slabs(ranks),
         ref_y(ranks),
@@ -100,6 +106,7 @@ struct PairShared {
 };
 
 struct PairContext {
+  BenchWorld& world;
   const BenchPlan& plan;
   DtypePair pair;
   BenchBackend& backend;
@@ -108,6 +115,22 @@ struct PairContext {
   const std::vector<reference::RankInput>& ref_inputs;
   reference::Shape ref_shape;
 };
+
+// Every rank starts the next step together: the rank threads of this process, then (mpirun)
+// every process.
+void sync(const PairContext& ctx, PairShared& shared) {
+  shared.barrier.wait();
+  if (ctx.world.distributed()) ctx.world.barrier();
+}
+
+// The ranks whose reference this rank's thread computes: its own, or under mpirun every rank
+// (the combine's reference needs every rank's expert output, and no other thread makes them).
+std::vector<int> reference_ranks(const PairContext& ctx, int rank) {
+  if (!ctx.world.distributed()) return {rank};
+  std::vector<int> all(ctx.plan.shape.ranks);
+  for (int r = 0; r < ctx.plan.shape.ranks; ++r) all[r] = r;
+  return all;
+}
 
 TensorView shape_of(ScalarType dtype, int64_t rows, int64_t cols) {
   return TensorView::matrix(nullptr, dtype, rows, cols);
@@ -171,7 +194,7 @@ void run_nccl_baseline(const PairContext& ctx, int rank, PairShared& shared) {
   ctx.backend.nccl_reserve(rank, send_max, recv_max);
   for (int it = 0; it < ctx.plan.warmup + ctx.plan.iters; ++it) {
     for (int l = 0; l < kNumLegs; ++l) {
-      shared.barrier.wait();  // every rank posts its half together
+      sync(ctx, shared);  // every rank posts its half together
       const double us = ctx.backend.nccl_alltoallv_us(rank, send[l], recv[l]);
       if (it >= ctx.plan.warmup) shared.nccl_times[l][rank].push_back(us);
     }
@@ -190,12 +213,14 @@ void run_rank_decode(const PairContext& ctx, int rank, PairShared& shared) {
   //    what low_latency_combine must return here.
   std::vector<uint16_t> ref_out;  // [T, H] bf16 bits
   if (ctx.plan.check) {
-    shared.ref_slabs[rank] = reference::low_latency_dispatch(
-        ctx.ref_shape, ctx.pair.dispatch, ctx.plan.max_tokens, ctx.ref_inputs, rank);
-    shared.ref_y[rank] =
-        decode_identity_expert(ctx.ref_shape, ctx.pair.dispatch, shared.ref_slabs[rank]);
+    for (int r : reference_ranks(ctx, rank)) {
+      shared.ref_slabs[r] = reference::low_latency_dispatch(ctx.ref_shape, ctx.pair.dispatch,
+                                                            ctx.plan.max_tokens, ctx.ref_inputs, r);
+      shared.ref_y[r] =
+          decode_identity_expert(ctx.ref_shape, ctx.pair.dispatch, shared.ref_slabs[r]);
+    }
   }
-  shared.barrier.wait();
+  sync(ctx, shared);
   if (ctx.plan.check) {
     ref_out = reference::low_latency_combine(ctx.ref_shape, ctx.pair.combine, ctx.ref_inputs,
                                              shared.ref_slabs, shared.ref_y, rank);
@@ -244,7 +269,7 @@ void run_rank_decode(const PairContext& ctx, int rank, PairShared& shared) {
     combine_leg = issue_combine;
   }
   for (int it = 0; it < ctx.plan.warmup + ctx.plan.iters; ++it) {
-    shared.barrier.wait();  // every rank starts the iteration together
+    sync(ctx, shared);  // every rank starts the iteration together
     backend.timer_start(rank, Leg::kDispatch);
     dispatch_leg();
     backend.timer_stop(rank, Leg::kDispatch);
@@ -280,12 +305,13 @@ void run_rank(const PairContext& ctx, int rank, PairShared& shared) {
   //    its y) what combine must return here.
   std::vector<uint16_t> ref_out;  // [T, H] bf16 bits
   if (ctx.plan.check) {
-    shared.ref_recv[rank] =
-        reference::dispatch(ctx.ref_shape, ctx.pair.dispatch, ctx.ref_inputs, rank);
-    shared.ref_y[rank] =
-        reference::identity_expert(ctx.ref_shape, ctx.pair.dispatch, shared.ref_recv[rank]);
+    for (int r : reference_ranks(ctx, rank)) {
+      shared.ref_recv[r] = reference::dispatch(ctx.ref_shape, ctx.pair.dispatch, ctx.ref_inputs, r);
+      shared.ref_y[r] =
+          reference::identity_expert(ctx.ref_shape, ctx.pair.dispatch, shared.ref_recv[r]);
+    }
   }
-  shared.barrier.wait();
+  sync(ctx, shared);
   if (ctx.plan.check) {
     ref_out = reference::combine(ctx.ref_shape, ctx.pair.combine, shared.ref_recv, shared.ref_y,
                                  rank, s.tokens);
@@ -316,7 +342,7 @@ void run_rank(const PairContext& ctx, int rank, PairShared& shared) {
 
   // 3. Warm-up and timed iterations.
   for (int it = 0; it < ctx.plan.warmup + ctx.plan.iters; ++it) {
-    shared.barrier.wait();  // every rank starts the iteration together
+    sync(ctx, shared);  // every rank starts the iteration together
     backend.timer_start(rank, Leg::kDispatch);
     result = op->dispatch(args);
     backend.timer_stop(rank, Leg::kDispatch);
@@ -422,7 +448,40 @@ BenchInputs make_bench_inputs(const BenchPlan& plan) {
   return inputs;
 }
 
-std::vector<PairResult> run_bench(const BenchPlan& plan, BenchBackend& backend,
+// Under mpirun, after a pair: every process holds every rank's times, error sums and checks
+// (its own rank's are the only ones it filled).
+void gather_ranks(BenchWorld& world, const BenchPlan& plan, PairShared& shared) {
+  const int me = world.rank();
+  const int ranks = plan.shape.ranks;
+  for (auto& leg : shared.times) {
+    const std::vector<double> all = world.allgather(leg[me]);
+    const size_t iters = leg[me].size();
+    for (int r = 0; r < ranks; ++r) {
+      leg[r].assign(all.begin() + static_cast<std::ptrdiff_t>(r * iters),
+                    all.begin() + static_cast<std::ptrdiff_t>((r + 1) * iters));
+    }
+  }
+  const ErrorSums& e = shared.err[me];
+  const CheckResult& c = shared.check[me];
+  // Wrong counts travel as doubles: exact below 2^53 elements.
+  const std::vector<double> sums =
+      world.allgather(std::vector<double>{e.err2, e.ref2, static_cast<double>(c.wrong)});
+  std::string notes;
+  for (const std::string& note : c.notes) notes += note + '\n';
+  const std::vector<std::string> all_notes = world.allgather(notes);
+  for (int r = 0; r < ranks; ++r) {
+    shared.err[r] = {sums[3 * r], sums[3 * r + 1]};
+    shared.check[r].wrong = static_cast<int64_t>(sums[3 * r + 2]);
+    shared.check[r].notes.clear();
+    for (size_t at = 0; at < all_notes[r].size();) {
+      const size_t end = all_notes[r].find('\n', at);
+      shared.check[r].notes.push_back(all_notes[r].substr(at, end - at));
+      at = end + 1;
+    }
+  }
+}
+
+std::vector<PairResult> run_bench(BenchWorld& world, const BenchPlan& plan, BenchBackend& backend,
                                   const std::vector<std::shared_ptr<Communicator>>& comms,
                                   const BenchInputs& inputs,
                                   const std::function<void(const PairResult&)>& on_pair) {
@@ -437,12 +496,18 @@ std::vector<PairResult> run_bench(const BenchPlan& plan, BenchBackend& backend,
   // The reference's combine sums by node when ranks_per_node < W (docs/design.md#several-nodes).
   const reference::Shape ref_shape{s.ranks, s.hidden, s.experts, s.topk, plan.ranks_per_node};
 
+  // This process's ranks: every rank, or under mpirun its own.
+  std::vector<int> local;
+  for (int r = 0; r < s.ranks; ++r) {
+    if (!world.distributed() || r == world.rank()) local.push_back(r);
+  }
+
   std::vector<PairResult> results;
   for (const DtypePair& pair : plan.pairs) {
-    PairShared shared(s.ranks);
-    const PairContext ctx{plan, pair, backend, comms, inputs, ref_inputs, ref_shape};
+    PairShared shared(s.ranks, static_cast<int>(local.size()));
+    const PairContext ctx{world, plan, pair, backend, comms, inputs, ref_inputs, ref_shape};
     std::vector<std::thread> threads;
-    for (int r = 0; r < s.ranks; ++r) {
+    for (int r : local) {
       threads.emplace_back([&, r] {
         try {
           run_rank(ctx, r, shared);
@@ -455,6 +520,15 @@ std::vector<PairResult> run_bench(const BenchPlan& plan, BenchBackend& backend,
       });
     }
     for (std::thread& t : threads) t.join();
+    if (world.distributed()) {
+      // The peers may be inside a barrier or a library wait: a failure ends every process.
+      try {
+        rethrow_root_cause(shared, plan, pair);
+      } catch (const RunFailure& e) {
+        world.abort(e.what());
+      }
+      gather_ranks(world, plan, shared);
+    }
     rethrow_root_cause(shared, plan, pair);
 
     PairResult result;

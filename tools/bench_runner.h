@@ -15,6 +15,7 @@
 
 #include "bench_backend.h"
 #include "bench_options.h"
+#include "bench_world.h"
 
 namespace moe_ep::cli {
 
@@ -41,9 +42,11 @@ struct BenchInputs {
 // Generates every rank's inputs (one thread per rank).
 BenchInputs make_bench_inputs(const BenchPlan& plan);
 
-// Runs every pair of the plan in order on `comms` (backend.communicators(W)), calling on_pair as
-// each one finishes. Throws RunFailure naming the pair and the rank whose failure came first.
-std::vector<PairResult> run_bench(const BenchPlan& plan, BenchBackend& backend,
+// Runs every pair of the plan in order on `comms` (backend.communicators(W), or under mpirun
+// backend.process_communicators), calling on_pair as each one finishes (on every process, with
+// every rank's results). Throws RunFailure naming the pair and the rank whose failure came first;
+// under mpirun a failing rank ends every process instead (BenchWorld::abort).
+std::vector<PairResult> run_bench(BenchWorld& world, const BenchPlan& plan, BenchBackend& backend,
                                   const std::vector<std::shared_ptr<Communicator>>& comms,
                                   const BenchInputs& inputs,
                                   const std::function<void(const PairResult&)>& on_pair);
