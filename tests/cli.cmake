@@ -133,6 +133,14 @@ moe_ep_cli_ok(bench_decode_ranks_per_node "mode decode" "# nodes: 2 of 2" "d_net
               ${MOE_EP_CLI} bench --backend cpu --mode decode --ranks 4 --ranks-per-node 2
               --experts 8 --topk 3 --tokens 6 --masked-fraction 0.2 ${small})
 
+# The node split under mpirun, every branch (tools/bench_world.cc, without MPI).
+find_package(fmt CONFIG REQUIRED)
+add_executable(bench_world_test bench_world_test.cc ${PROJECT_SOURCE_DIR}/tools/bench_world.cc)
+target_include_directories(bench_world_test PRIVATE ${PROJECT_SOURCE_DIR}/tools)
+target_compile_definitions(bench_world_test PRIVATE MOE_EP_BENCH_HAS_MPI=0)
+target_link_libraries(bench_world_test PRIVATE moe_ep fmt::fmt GTest::gtest GTest::gtest_main)
+gtest_discover_tests(bench_world_test PROPERTIES LABELS cpu DISCOVERY_TIMEOUT 60)
+
 # One rank per process under mpirun (tools/bench_world.h), when moe-ep was built with MPI and
 # mpirun is there: the whole distributed path at -np 1 on the CPU backend (its own rank against
 # the reference of all ranks, times and checks gathered, process 0 prints), and the refusals
