@@ -51,7 +51,7 @@ CudaOp::CudaOp(std::shared_ptr<CudaComm> comm, const OpConfig& config, int num_s
   block_counter_.zero(comm_->internal_stream());
   error_flag_ = DeviceArray<int32_t>(device_, 1);
   error_flag_.zero(comm_->internal_stream());
-  step_started_ = DeviceArray<uint64_t>(device_, 1);
+  step_started_ = DeviceArray<uint64_t>(device_, 2);
   step_started_.zero(comm_->internal_stream());
   if (config.low_latency) {
     const size_t local = static_cast<size_t>(layout_.local_experts);
@@ -149,14 +149,17 @@ std::string CudaOp::describe_step_words() const {
                            ok ? detail::concat(words[0][1], "/", words[1][1]) : std::string("-"));
   }
   // When this rank's latest step kernel was launched (host clock) and began (global timer, the
-  // same clock for every rank of a device): a rank whose kernel began late was held up by the
-  // device, one launched late by its host.
-  uint64_t started = 0;
-  const bool ok = cudaMemcpyAsync(&started, step_started_.get(), sizeof(started),
+  // same clock for every rank of a device), and when the latest validation scan before a step
+  // began: a rank whose kernels began late was held up by the device, one launched late by its
+  // host; a scan on time before a late step says the step itself was held, not the stream.
+  uint64_t started[2] = {};
+  const bool ok = cudaMemcpyAsync(started, step_started_.get(), sizeof(started),
                                   cudaMemcpyDeviceToHost, stream) == cudaSuccess &&
                   cudaStreamSynchronize(stream) == cudaSuccess;
+  const auto when = [ok](uint64_t ns) { return ok ? std::to_string(ns) : std::string("?"); };
   text += detail::concat("], latest step launched at ", step_launched_ns_, " ns (host), began at ",
-                         ok ? std::to_string(started) : std::string("?"), " ns (device)");
+                         when(started[0]), " ns (device); latest scan began at ", when(started[1]),
+                         " ns (device)");
   cudaGetLastError();  // a failed read is reported in the text, not left for the next check
   return text;
 }
@@ -221,6 +224,7 @@ void CudaOp::launch_validation(const DispatchArgs& args, bool prequantized, int6
                     static_cast<int32_t>(num_tokens),
                     Knobs::get().validate,
                     error_sink()};
+  vp.started_ns = step_started_.get() + 1;
   MOE_EP_CUDA_CHECK(launch_validate(vp, num_sms_ * Policy::kValidateBlocksPerSm, stream));
 }
 

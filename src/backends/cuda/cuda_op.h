@@ -134,10 +134,11 @@ class CudaOp final : public OpBase {
   // The peer table the call kernels get (publish): the buffer's, without the other nodes' ranks
   // when there are several nodes.
   PeerTable peers_{};
-  DeviceArray<uint64_t> step_started_;  // [1] the step kernel's start (global timer), for reports
-  int64_t step_launched_ns_ = 0;        // host clock at the latest step's launch, for reports
-  DeviceArray<int32_t> pos_;            // [W, max_tokens]
-  DeviceArray<int32_t> send_offset_;    // [W]
+  // [2] when the latest step kernel and validation scan began (global timer), for reports
+  DeviceArray<uint64_t> step_started_;
+  int64_t step_launched_ns_ = 0;             // host clock at the latest step's launch, for reports
+  DeviceArray<int32_t> pos_;                 // [W, max_tokens]
+  DeviceArray<int32_t> send_offset_;         // [W]
   DeviceArray<int32_t> recv_expert_count_;   // [E / W]
   DeviceArray<unsigned int> counters_;       // [4]: notify tickets [2], combine tickets [2]
   DeviceArray<unsigned int> block_counter_;  // [1]: dispatch last-block-done counter

@@ -82,6 +82,7 @@ struct ValidateParams {
   int32_t num_tokens;
   bool validate;
   ErrorSink err;
+  uint64_t* started_ns = nullptr;  // [1] when the scan began (global timer), for timeout reports
 };
 
 // Counts exchange: per destination position of every token, send offsets, receive totals.

@@ -20,6 +20,9 @@ namespace moe_ep::cuda_backend {
 
 __global__ void validate_kernel(ValidateParams p) {
   const RankInfo& info = p.info;
+  if (p.started_ns != nullptr && blockIdx.x == 0 && threadIdx.x == 0) {
+    *p.started_ns = global_timer_ns();
+  }
   const int64_t total_slots = static_cast<int64_t>(p.num_tokens) * info.topk;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total_slots;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
