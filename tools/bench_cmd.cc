@@ -78,19 +78,8 @@ void raise_any(BenchWorld& world, const std::string& mine) {
   }
 }
 
-int run(BenchOptions options, LogBuffer& logs) {
-  // Under mpirun one rank per process (bench_world.h): the node split is checked first, on every
-  // host, and agreed before any GPU is touched.
-  const std::unique_ptr<BenchWorld> world = make_bench_world();
-  if (world->distributed()) {
-    options.process_ranks = world->size();
-    raise_any(*world, node_split_problem(world->rank(), world->size(), world->local_size(),
-                                         world->local_first(), world->local_consecutive(),
-                                         options.ranks_per_node.value_or(0)));
-  }
-  const BenchPlan plan = plan_bench(options);
-  logs.flush_to_stderr();  // the arguments are good: from here on the library logs directly
-
+// The run of a checked plan: communicators, then every token size and pair.
+int run_plan(BenchWorld& world, const BenchPlan& plan) {
   const std::unique_ptr<BenchBackend> backend = make_bench_backend(plan.backend);
   const std::string backend_name = to_string(plan.backend);
   if (plan.nccl_baseline) {
@@ -101,24 +90,17 @@ int run(BenchOptions options, LogBuffer& logs) {
   }
   // Communicators first: a backend may measure its link floor while it sets them up.
   std::vector<std::shared_ptr<Communicator>> comms;
-  if (world->distributed()) {
-    // Rank r runs on device (r's index among its host's processes). NCCL's initialisation waits
-    // for every rank, so a process without a GPU says so on every process before it starts.
-    const int device = world->local_rank();
-    const int visible = plan.backend == Backend::kCuda ? cuda_device_count() : 1;
-    raise_any(*world, device < visible ? std::string()
-                                       : fmt::format("rank {} is process {} of its host, which "
-                                                     "sees {} CUDA device(s): one GPU per process",
-                                                     world->rank(), device, visible));
-    const std::string id = world->broadcast(world->root() ? backend->nccl_unique_id() : "");
-    comms = backend->process_communicators(world->rank(), plan.shape.ranks, device, id);
+  if (world.distributed()) {
+    // Rank r runs on its host's GPU of r's index among the host's processes (checked in run()).
+    const std::string id = world.broadcast(world.root() ? backend->nccl_unique_id() : "");
+    comms = backend->process_communicators(world.rank(), plan.shape.ranks, world.local_rank(), id);
   } else {
     comms = backend->communicators(plan.shape.ranks);
   }
   const std::optional<double> floor = backend->link_floor_gbps();
   // Only process 0 prints (and writes --json); every process gets every rank's results.
   std::ostringstream discard;
-  std::ostream& out = world->root() ? std::cout : discard;
+  std::ostream& out = world.root() ? std::cout : discard;
   print_header(out, plan, backend->describe(plan.shape.ranks));
 
   // One token size at a time: its inputs, then every (SMs, dispatch, combine) of the plan.
@@ -128,7 +110,7 @@ int run(BenchOptions options, LogBuffer& logs) {
     const BenchPlan sized = plan_at_tokens(plan, tokens);
     const BenchInputs inputs = make_bench_inputs(sized);
     std::vector<PairResult> sized_results =
-        run_bench(*world, sized, *backend, comms, inputs, [&](const PairResult& result) {
+        run_bench(world, sized, *backend, comms, inputs, [&](const PairResult& result) {
           metrics.push_back(pair_metrics(sized, inputs, result, floor));
           print_row(out, plan, result, metrics.back());
           discard.str("");
@@ -136,10 +118,40 @@ int run(BenchOptions options, LogBuffer& logs) {
     std::move(sized_results.begin(), sized_results.end(), std::back_inserter(results));
   }
   const int64_t wrong = print_footer(out, plan, results);
-  if (!plan.json_path.empty() && world->root()) {
+  if (!plan.json_path.empty() && world.root()) {
     write_json(plan.json_path, plan, backend_name, results, metrics);
   }
   return wrong == 0 ? 0 : 1;
+}
+
+int run(BenchOptions options, LogBuffer& logs) {
+  // Under mpirun one rank per process (bench_world.h): the node split is checked first, on every
+  // host, and agreed before any GPU is touched.
+  const std::unique_ptr<BenchWorld> world = make_bench_world();
+  if (world->distributed()) {
+    options.process_ranks = world->size();
+    raise_any(*world, node_split_problem(world->rank(), world->size(), world->local_size(),
+                                         world->local_first(), world->local_consecutive(),
+                                         options.ranks_per_node.value_or(0)));
+  }
+  const BenchPlan plan = plan_bench(options);  // the same arguments: every process alike
+  logs.flush_to_stderr();  // the arguments are good: from here on the library logs directly
+  if (!world->distributed()) return run_plan(*world, plan);
+  // NCCL's initialisation waits for every rank, so a process without a GPU says so on every
+  // process before it starts.
+  const int device = world->local_rank();
+  const int visible = plan.backend == Backend::kCuda ? cuda_device_count() : 1;
+  raise_any(*world, device < visible ? std::string()
+                                     : fmt::format("rank {} is process {} of its host, which sees "
+                                                   "{} CUDA device(s): one GPU per process",
+                                                   world->rank(), device, visible));
+  try {
+    return run_plan(*world, plan);
+  } catch (const std::exception& e) {
+    // A failure of this process alone (its GPU, its communicator, its check): the others may wait
+    // for it in a collective or inside NCCL, so it ends them all.
+    world->abort(e.what());
+  }
 }
 
 }  // namespace
