@@ -31,6 +31,7 @@ enum DevicePhase : int32_t {
   kPhaseDispatchWait = 3,
   kPhaseCombineWait = 4,
   kPhaseCreate = 5,
+  kPhaseTransport = 6,  // a persistent exchange's wait for a sender (loopback)
 };
 
 // Lives in mapped, pinned host memory; the first reporter wins (atomicCAS on the device flag).

@@ -20,6 +20,7 @@ const char* phase_name(int32_t phase) {
     case kPhaseDispatchWait: return "dispatch/receive";
     case kPhaseCombineWait: return "combine/receive";
     case kPhaseCreate: return "create_op";
+    case kPhaseTransport: return "transport exchange";
   }
   return "unknown phase";
 }

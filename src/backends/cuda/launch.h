@@ -321,6 +321,28 @@ cudaError_t launch_ll_dispatch(DispatchDtype dtype, bool prequantized, const Low
                                int num_blocks, cudaStream_t stream);
 cudaError_t launch_ll_combine(CombineDtype dtype, const LowLatencyParams& p, int num_blocks,
                               cudaStream_t stream);
+// The one-GPU world's persistent exchange (loopback.cu): send part b goes from `src` to the
+// receiver's `dst`, then this launch's sequence number to the receiver's `flag` for this rank.
+struct LoopbackSend {
+  char* dst;
+  const char* src;
+  uint64_t bytes;
+  uint64_t* flag;
+};
+struct LoopbackParams {
+  LoopbackSend sends[Policy::kMaxPeers];
+  int32_t num_sends;
+  int32_t rank;
+  int32_t world_size;
+  uint64_t recv_mask;  // bit q: this rank receives from q
+  uint64_t* flags;     // [W] this rank's flags, flags[q] written by sender q
+  uint64_t* seq;       // [1] launches so far
+  unsigned int* done;  // [1] blocks of the current launch that finished
+  uint64_t timeout_ns;
+  ErrorSink err;
+};
+cudaError_t launch_loopback_exchange(const LoopbackParams& p, cudaStream_t stream);
+
 // Resolves the peer base addresses of a registered NCCL window (symmetric.cu).
 cudaError_t resolve_peer_pointers(void* window, int world_size, char** out_device,
                                   cudaStream_t stream);
@@ -337,6 +359,7 @@ cudaError_t preload_combine_kernels();
 cudaError_t preload_node_kernels();
 cudaError_t preload_ll_kernels();
 cudaError_t preload_symmetric_kernels();
+cudaError_t preload_loopback_kernels();
 // Once per device and process; later calls return at once. Throws on a CUDA error.
 void preload_kernels(int device);
 

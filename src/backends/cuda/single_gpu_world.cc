@@ -36,6 +36,9 @@ struct LoopbackMailbox {
   std::vector<const void*> data;               // [W * W] src's send buffer for dst
   std::vector<std::unique_ptr<Event>> sent;    // [W] recorded after a rank's sends are ready
   std::vector<std::unique_ptr<Event>> copied;  // [W] recorded after a rank's receives landed
+  // Persistent exchanges, while one is being made:
+  std::vector<void*> recv_data;  // [W * W] dst's receive buffer for src
+  std::vector<uint64_t*> flags;  // [W] rank r's flags ([W], flags[q] written by sender q)
 };
 
 struct WorldShared {
@@ -44,6 +47,8 @@ struct WorldShared {
     const size_t pairs = static_cast<size_t>(world_size) * world_size;
     loopback.ends.assign(pairs, TransferEnds{});
     loopback.data.assign(pairs, nullptr);
+    loopback.recv_data.assign(pairs, nullptr);
+    loopback.flags.assign(world_size, nullptr);
   }
   // Events of the loopback transport, made on the world's device before any rank exists.
   void make_events(int world_size) {
@@ -121,11 +126,96 @@ class LoopbackTransport : public Transport {
     }
   }
 
+  // The parts go through the mailbox once, at a bounded host barrier where every rank checks
+  // every pair (as exchange() does) and learns its receivers' buffers and flags; each launch is
+  // then one kernel (loopback.cu), which a graph can hold.
+  std::unique_ptr<PersistentExchange> persistent(const std::vector<TransferPart>& sends,
+                                                 const std::vector<TransferPart>& recvs,
+                                                 cudaStream_t stream) override;
+
  private:
   std::shared_ptr<WorldShared> world_;
   int rank_;
   int size_;
 };
+
+class LoopbackPersistent : public PersistentExchange {
+ public:
+  LoopbackPersistent(int device, int rank, int world_size) : device_(device) {
+    params_.rank = rank;
+    params_.world_size = world_size;
+    flags_ = DeviceArray<uint64_t>(device, world_size);
+    seq_ = DeviceArray<uint64_t>(device, 1);
+    done_ = DeviceArray<unsigned int>(device, 1);
+    params_.flags = flags_.get();
+    params_.seq = seq_.get();
+    params_.done = done_.get();
+  }
+  void zero(cudaStream_t stream) {
+    flags_.zero(stream);
+    seq_.zero(stream);
+    done_.zero(stream);
+  }
+  LoopbackParams& params() { return params_; }
+  void launch(cudaStream_t stream, const ErrorSink& err, uint64_t timeout_ns) override {
+    LoopbackParams p = params_;
+    p.err = err;
+    p.timeout_ns = timeout_ns;
+    DeviceGuard guard(device_);
+    MOE_EP_CUDA_CHECK(launch_loopback_exchange(p, stream));
+  }
+
+ private:
+  int device_;
+  LoopbackParams params_{};
+  DeviceArray<uint64_t> flags_;
+  DeviceArray<uint64_t> seq_;
+  DeviceArray<unsigned int> done_;
+};
+
+std::unique_ptr<PersistentExchange> LoopbackTransport::persistent(
+    const std::vector<TransferPart>& sends, const std::vector<TransferPart>& recvs,
+    cudaStream_t stream) {
+  check_transfer_parts(sends, size_, "sends");
+  check_transfer_parts(recvs, size_, "receives");
+  int device = 0;
+  MOE_EP_CUDA_CHECK(cudaGetDevice(&device));
+  auto made = std::make_unique<LoopbackPersistent>(device, rank_, size_);
+  made->zero(stream);  // synchronous (DeviceArray::zero): zero before any peer can store
+  LoopbackMailbox& box = world_->loopback;
+  const auto at = [this](int src, int dst) { return static_cast<size_t>(src) * size_ + dst; };
+  for (int peer = 0; peer < size_; ++peer) {
+    box.ends[at(rank_, peer)].send_bytes = -1;
+    box.ends[at(peer, rank_)].recv_bytes = -1;
+    box.recv_data[at(peer, rank_)] = nullptr;
+  }
+  LoopbackParams& p = made->params();
+  for (const TransferPart& part : sends) {
+    box.ends[at(rank_, part.peer)].send_bytes = static_cast<int64_t>(part.bytes);
+  }
+  for (const TransferPart& part : recvs) {
+    box.ends[at(part.peer, rank_)].recv_bytes = static_cast<int64_t>(part.bytes);
+    box.recv_data[at(part.peer, rank_)] = part.data;
+    if (part.bytes > 0) p.recv_mask |= uint64_t{1} << part.peer;
+  }
+  box.flags[rank_] = p.flags;
+  world_->barrier.arrive_and_wait(rank_, "loopback persistent exchange/posted");
+  const std::string mismatch = transfer_mismatch(box.ends, size_);
+  if (mismatch.empty()) {
+    for (const TransferPart& part : sends) {
+      if (part.bytes == 0) continue;
+      LoopbackSend& s = p.sends[p.num_sends++];
+      s.dst = static_cast<char*>(box.recv_data[at(rank_, part.peer)]);
+      s.src = static_cast<const char*>(part.data);
+      s.bytes = part.bytes;
+      s.flag = box.flags[part.peer] + rank_;
+    }
+  }
+  // Nobody changes the mailbox before every rank has read it.
+  world_->barrier.arrive_and_wait(rank_, "loopback persistent exchange/read");
+  if (!mismatch.empty()) throw Internal("loopback transport (persistent exchange): " + mismatch);
+  return made;
+}
 
 class PlainSymmetric : public SymmetricMemory {
  public:

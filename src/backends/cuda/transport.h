@@ -12,12 +12,28 @@
 #include <memory>
 #include <vector>
 
+#include "backends/cuda/device_error.h"
 #include "backends/cuda/transfer_check.h"
 
 struct ncclComm;
 typedef struct ncclComm* ncclComm_t;
 
 namespace moe_ep::cuda_backend {
+
+// An exchange whose parts (peers, buffers, sizes) are fixed when it is made, then launched as
+// often as needed; each launch may be captured in a CUDA graph (decode mode across nodes, planned:
+// docs/multi-node.md). Made by Transport::persistent.
+class PersistentExchange {
+ public:
+  virtual ~PersistentExchange() = default;
+  // Enqueues one exchange on `stream`, ordered like Transport::exchange: every send part's bytes
+  // land in the peer's matching receive part. Every rank launches each of its persistent
+  // exchanges equally often and in the same order. The caller's protocol makes sure that a
+  // receiver is done with launch k's bytes before any sender starts launch k+1. A wait that a
+  // transport bounds (the loopback's) reports into `err` after `timeout_ns`; NCCL's never times
+  // out.
+  virtual void launch(cudaStream_t stream, const ErrorSink& err, uint64_t timeout_ns) = 0;
+};
 
 class Transport {
  public:
@@ -32,6 +48,13 @@ class Transport {
   // graph (the loopback orders ranks on the host).
   virtual void exchange(const std::vector<TransferPart>& sends,
                         const std::vector<TransferPart>& recvs, cudaStream_t stream) = 0;
+
+  // Collective, on the host: every rank calls it with the parts it will send and receive at each
+  // launch. The two ends of every transfer must agree on its bytes; every rank checks all pairs
+  // and throws Internal naming the first that does not. The buffers must outlive the exchange.
+  virtual std::unique_ptr<PersistentExchange> persistent(const std::vector<TransferPart>& sends,
+                                                         const std::vector<TransferPart>& recvs,
+                                                         cudaStream_t stream) = 0;
 };
 
 // Over an NCCL communicator that spans all ranks (not owned). NCCL does not check that the two
