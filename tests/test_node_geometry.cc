@@ -78,5 +78,55 @@ TEST(NodeGeometry, StagedRowFieldsAreAlignedInOrderAndInsideTheStride) {
   }
 }
 
+TEST(NodeGeometry, DecodeMessagesAreFixedSizedAlignedAndTheirFieldsDisjoint) {
+  // Decode mode across nodes (planned): the message per rail peer and leg. Every field starts on
+  // 16 bytes, the fields follow one another without overlap, a row holds its payload and scales
+  // then the K ids, weights and slot ranks, and the size depends on Tmax, never on T.
+  const int64_t step_bytes = 400;  // sizeof(StepWire): info, tag and a 384-byte reason
+  const std::pair<int64_t, int64_t> rows[] = {{14336, 0}, {7168, 224}, {3584, 224}, {48, 3}};
+  for (const auto& [payload, scales] : rows) {
+    for (int topk : {1, 8, 64}) {
+      for (int size : {1, 2, 8}) {
+        for (int local : {1, 8, 32}) {
+          for (int tmax : {1, 128, 1000}) {
+            SCOPED_TRACE("payload " + std::to_string(payload) + " scales " +
+                         std::to_string(scales) + " K " + std::to_string(topk) + " L " +
+                         std::to_string(size) + " E/W " + std::to_string(local) + " Tmax " +
+                         std::to_string(tmax));
+            const DecodeMessageLayout d =
+                DecodeMessageLayout::dispatch(step_bytes, payload, scales, topk, size, local, tmax);
+            EXPECT_EQ(d.step, 0);
+            EXPECT_GE(d.num_tokens, step_bytes);
+            EXPECT_GE(d.counts, d.num_tokens + 4);
+            EXPECT_GE(d.rows, d.counts + 4 * size * local);
+            EXPECT_GE(d.row_ids, payload + scales);
+            EXPECT_EQ(d.row_weights, d.row_ids + 4 * topk);
+            EXPECT_EQ(d.row_ranks, d.row_weights + 4 * topk);
+            EXPECT_GE(d.row_stride, d.row_ranks + 4 * topk);
+            EXPECT_LT(d.row_stride, d.row_ranks + 4 * topk + 16);
+            EXPECT_EQ(d.row(tmax - 1) + d.row_stride, d.bytes);
+            for (int64_t v : {d.num_tokens, d.counts, d.rows, d.row_ids, d.row_stride, d.bytes}) {
+              EXPECT_EQ(v % 16, 0) << v;
+            }
+            const DecodeMessageLayout c =
+                DecodeMessageLayout::combine(step_bytes, payload + scales, tmax);
+            EXPECT_GE(c.rows, step_bytes);
+            EXPECT_EQ(c.rows % 16, 0);
+            EXPECT_GE(c.row_stride, payload + scales);
+            EXPECT_EQ(c.row_stride % 16, 0);
+            EXPECT_EQ(c.bytes, c.rows + c.row_stride * tmax);
+          }
+        }
+      }
+    }
+  }
+  // DeepSeek-V3 with fp8 dispatch (7168 payload + 224 scale bytes), top-8, L = 8, 32 local
+  // experts, Tmax = 128: about 0.96 MB per message, the figure of multi-node.md's plan.
+  const DecodeMessageLayout v3 =
+      DecodeMessageLayout::dispatch(step_bytes, 7168, 224, 8, 8, 32, 128);
+  EXPECT_EQ(v3.row_stride, 7488);  // 7392 bytes of row, then 3 x 32 bytes of ids, weights, ranks
+  EXPECT_NEAR(static_cast<double>(v3.bytes), 0.96e6, 0.01e6);
+}
+
 }  // namespace
 }  // namespace moe_ep::cuda_backend

@@ -65,4 +65,62 @@ struct StageLayout {
   }
 };
 
+// Decode mode across nodes (planned: docs/multi-node.md, "Decode mode across nodes: the plan"):
+// the one message a rank sends each rail peer per leg, of a fixed size (the worst case, `Tmax`
+// rows whatever T is), so that a CUDA graph can hold the exchange. Every offset is a multiple of
+// 16 and so is the size.
+//
+// Dispatch, source s -> its rail peer f on node m: s's step word (a StepWire of `step_bytes`),
+// T_s (int32), s's token counts of node m's experts ([L][E/W] int32, m's ranks in order, their
+// local experts in order: the counts rows f stores for s), then row t of s for t < Tmax:
+// payload and scales (only when token t names an expert of node m), then, for every t < T_s, the
+// token's K global expert ids (int32, -1 masked), K weights (fp32) and K slot ranks (int32, bit
+// 31: an earlier slot names the same expert), from which f derives each of its node's ranks'
+// flags and metadata exactly as the one-node send would have stored them.
+//
+// Combine, forwarder f on node n -> source s (f's rail peer): f's step word, then row t of s for
+// t < Tmax: node n's partial of s's token t, encoded in the combine wire format (only for the
+// tokens that went to node n, which s knows from its own routing).
+struct DecodeMessageLayout {
+  int64_t step = 0;        // the sender's StepWire
+  int64_t num_tokens = 0;  // dispatch: int32 T of the source
+  int64_t counts = 0;      // dispatch: [L * E/W] int32
+  int64_t rows = 0;        // [Tmax] rows of `row_stride`
+  int64_t row_stride = 0;
+  int64_t row_ids = 0;      // dispatch, within a row: [K] int32
+  int64_t row_weights = 0;  // dispatch, within a row: [K] fp32
+  int64_t row_ranks = 0;    // dispatch, within a row: [K] int32
+  int64_t bytes = 0;        // the whole message
+
+  MOE_EP_HD static int64_t align16(int64_t v) { return (v + 15) / 16 * 16; }
+
+  static DecodeMessageLayout dispatch(int64_t step_bytes, int64_t payload_bytes,
+                                      int64_t scale_bytes, int topk, int node_size,
+                                      int local_experts, int max_tokens) {
+    DecodeMessageLayout m;
+    m.step = 0;
+    m.num_tokens = align16(step_bytes);
+    m.counts = m.num_tokens + 16;
+    m.rows = align16(m.counts + 4 * static_cast<int64_t>(node_size) * local_experts);
+    m.row_ids = align16(payload_bytes + scale_bytes);
+    m.row_weights = m.row_ids + 4 * static_cast<int64_t>(topk);
+    m.row_ranks = m.row_weights + 4 * static_cast<int64_t>(topk);
+    m.row_stride = align16(m.row_ranks + 4 * static_cast<int64_t>(topk));
+    m.bytes = m.rows + m.row_stride * max_tokens;
+    return m;
+  }
+
+  static DecodeMessageLayout combine(int64_t step_bytes, int64_t combine_row_bytes,
+                                     int max_tokens) {
+    DecodeMessageLayout m;
+    m.step = 0;
+    m.rows = align16(step_bytes);
+    m.row_stride = align16(combine_row_bytes);
+    m.bytes = m.rows + m.row_stride * max_tokens;
+    return m;
+  }
+
+  MOE_EP_HD int64_t row(int64_t t) const { return rows + t * row_stride; }
+};
+
 }  // namespace moe_ep::cuda_backend
