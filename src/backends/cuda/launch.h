@@ -321,13 +321,16 @@ cudaError_t launch_ll_dispatch(DispatchDtype dtype, bool prequantized, const Low
                                int num_blocks, cudaStream_t stream);
 cudaError_t launch_ll_combine(CombineDtype dtype, const LowLatencyParams& p, int num_blocks,
                               cudaStream_t stream);
-// The one-GPU world's persistent exchange (loopback.cu): send part b goes from `src` to the
-// receiver's `dst`, then this launch's sequence number to the receiver's `flag` for this rank.
+// The one-GPU world's persistent exchange (loopback.cu): send part b waits until the receiver's
+// `ready` flag (in this rank's ready flags) holds the launch's sequence number, goes from `src`
+// to the receiver's `dst`, then the number goes to the receiver's data `flag` for this rank.
 struct LoopbackSend {
   char* dst;
   const char* src;
   uint64_t bytes;
   uint64_t* flag;
+  const uint64_t* ready;
+  int32_t peer;
 };
 struct LoopbackParams {
   LoopbackSend sends[Policy::kMaxPeers];
@@ -335,9 +338,10 @@ struct LoopbackParams {
   int32_t rank;
   int32_t world_size;
   uint64_t recv_mask;  // bit q: this rank receives from q
-  uint64_t* flags;     // [W] this rank's flags, flags[q] written by sender q
-  uint64_t* seq;       // [1] launches so far
-  unsigned int* done;  // [1] blocks of the current launch that finished
+  uint64_t* flags;     // [W] this rank's data flags, flags[q] written by sender q
+  uint64_t* ready_at[Policy::kMaxPeers];  // [q]: sender q's ready flag for this rank
+  uint64_t* seq;                          // [1] launches so far
+  unsigned int* done;                     // [1] blocks of the current launch that finished
   uint64_t timeout_ns;
   ErrorSink err;
 };

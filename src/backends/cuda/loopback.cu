@@ -1,9 +1,12 @@
 // The one-GPU world's persistent exchange (transport.h, single_gpu_world.cc) on the device, so
-// that a CUDA graph can hold it: block b copies send part b into its receiver's buffer, then
-// release-stores this launch's sequence number into the receiver's flag for this rank; block 0
-// then waits (bounded) until every sender's flag for this rank holds the same number. The
-// sequence number lives in device memory: every block reads it when it starts, and the last
-// block to finish advances it, so every launch, captured or not, counts.
+// that a CUDA graph can hold it. As NCCL's send and receive, bytes land only once the receiver's
+// stream has reached the matching launch (so it is done with the previous launch's bytes):
+// block 0 first release-stores this launch's sequence number into each sender's `ready` flag for
+// this rank; block b waits (bounded) until its receiver's `ready` flag holds the number, copies
+// send part b into the receiver's buffer, then release-stores the number into the receiver's
+// data flag for this rank; block 0 finally waits (bounded) until every sender's data flag holds
+// it. The sequence number lives in device memory: every block reads it when it starts, and the
+// last block to finish advances it, so every launch, captured or not, counts.
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/launch.h"
 
@@ -12,7 +15,22 @@ namespace {
 
 __global__ void loopback_exchange_kernel(LoopbackParams p) {
   const uint64_t seq = *reinterpret_cast<const volatile uint64_t*>(p.seq) + 1;
-  if (blockIdx.x < static_cast<unsigned int>(p.num_sends)) {
+  const int q = threadIdx.x;
+  const bool receives_from_q = q < p.world_size && ((p.recv_mask >> q) & 1) != 0;
+  if (blockIdx.x == 0 && receives_from_q) st_release_sys(p.ready_at[q], seq);
+  __shared__ int receiver_ready;
+  const bool sends = blockIdx.x < static_cast<unsigned int>(p.num_sends);
+  if (threadIdx.x == 0) {
+    receiver_ready = 0;
+    if (sends) {
+      const LoopbackSend& s = p.sends[blockIdx.x];
+      uint64_t word = 0;
+      receiver_ready =
+          wait_tagged(s.ready, 0, seq, p.timeout_ns, p.err, kPhaseTransport, p.rank, s.peer, &word);
+    }
+  }
+  __syncthreads();
+  if (receiver_ready) {  // block-uniform; a wait that gave up is reported, and nothing is copied
     const LoopbackSend& s = p.sends[blockIdx.x];
     const bool vectors =
         ((reinterpret_cast<uintptr_t>(s.dst) | reinterpret_cast<uintptr_t>(s.src) | s.bytes) &
@@ -30,12 +48,9 @@ __global__ void loopback_exchange_kernel(LoopbackParams p) {
       st_release_sys(s.flag, seq);
     }
   }
-  if (blockIdx.x == 0) {
-    const int q = threadIdx.x;
-    if (q < p.world_size && ((p.recv_mask >> q) & 1) != 0) {
-      uint64_t word = 0;
-      wait_tagged(p.flags + q, 0, seq, p.timeout_ns, p.err, kPhaseTransport, p.rank, q, &word);
-    }
+  if (blockIdx.x == 0 && receives_from_q) {
+    uint64_t word = 0;
+    wait_tagged(p.flags + q, 0, seq, p.timeout_ns, p.err, kPhaseTransport, p.rank, q, &word);
   }
   __syncthreads();
   if (threadIdx.x == 0) {

@@ -38,7 +38,8 @@ struct LoopbackMailbox {
   std::vector<std::unique_ptr<Event>> copied;  // [W] recorded after a rank's receives landed
   // Persistent exchanges, while one is being made:
   std::vector<void*> recv_data;  // [W * W] dst's receive buffer for src
-  std::vector<uint64_t*> flags;  // [W] rank r's flags ([W], flags[q] written by sender q)
+  std::vector<uint64_t*> flags;  // [W] rank r's data flags ([W], flags[q] written by sender q)
+  std::vector<uint64_t*> ready;  // [W] rank r's ready flags ([W], ready[q] written by receiver q)
 };
 
 struct WorldShared {
@@ -49,6 +50,7 @@ struct WorldShared {
     loopback.data.assign(pairs, nullptr);
     loopback.recv_data.assign(pairs, nullptr);
     loopback.flags.assign(world_size, nullptr);
+    loopback.ready.assign(world_size, nullptr);
   }
   // Events of the loopback transport, made on the world's device before any rank exists.
   void make_events(int world_size) {
@@ -145,14 +147,17 @@ class LoopbackPersistent : public PersistentExchange {
     params_.rank = rank;
     params_.world_size = world_size;
     flags_ = DeviceArray<uint64_t>(device, world_size);
+    ready_ = DeviceArray<uint64_t>(device, world_size);
     seq_ = DeviceArray<uint64_t>(device, 1);
     done_ = DeviceArray<unsigned int>(device, 1);
     params_.flags = flags_.get();
     params_.seq = seq_.get();
     params_.done = done_.get();
   }
+  uint64_t* ready() const { return ready_.get(); }
   void zero(cudaStream_t stream) {
     flags_.zero(stream);
+    ready_.zero(stream);
     seq_.zero(stream);
     done_.zero(stream);
   }
@@ -169,6 +174,7 @@ class LoopbackPersistent : public PersistentExchange {
   int device_;
   LoopbackParams params_{};
   DeviceArray<uint64_t> flags_;
+  DeviceArray<uint64_t> ready_;
   DeviceArray<uint64_t> seq_;
   DeviceArray<unsigned int> done_;
 };
@@ -199,6 +205,7 @@ std::unique_ptr<PersistentExchange> LoopbackTransport::persistent(
     if (part.bytes > 0) p.recv_mask |= uint64_t{1} << part.peer;
   }
   box.flags[rank_] = p.flags;
+  box.ready[rank_] = made->ready();
   world_->barrier.arrive_and_wait(rank_, "loopback persistent exchange/posted");
   const std::string mismatch = transfer_mismatch(box.ends, size_);
   if (mismatch.empty()) {
@@ -209,6 +216,11 @@ std::unique_ptr<PersistentExchange> LoopbackTransport::persistent(
       s.src = static_cast<const char*>(part.data);
       s.bytes = part.bytes;
       s.flag = box.flags[part.peer] + rank_;
+      s.ready = made->ready() + part.peer;
+      s.peer = part.peer;
+    }
+    for (const TransferPart& part : recvs) {
+      if (part.bytes > 0) p.ready_at[part.peer] = box.ready[part.peer] + rank_;
     }
   }
   // Nobody changes the mailbox before every rank has read it.

@@ -27,11 +27,11 @@ class PersistentExchange {
  public:
   virtual ~PersistentExchange() = default;
   // Enqueues one exchange on `stream`, ordered like Transport::exchange: every send part's bytes
-  // land in the peer's matching receive part. Every rank launches each of its persistent
-  // exchanges equally often and in the same order. The caller's protocol makes sure that a
-  // receiver is done with launch k's bytes before any sender starts launch k+1. A wait that a
-  // transport bounds (the loopback's) reports into `err` after `timeout_ns`; NCCL's never times
-  // out.
+  // land in the peer's matching receive part, and only once the receiver's stream has reached
+  // its matching launch (so it is done with the previous launch's bytes), as with NCCL's send
+  // and receive. Every rank launches each of its persistent exchanges equally often and in the
+  // same order. A wait that a transport bounds (the loopback's) reports into `err` after
+  // `timeout_ns`; NCCL's never times out.
   virtual void launch(cudaStream_t stream, const ErrorSink& err, uint64_t timeout_ns) = 0;
 };
 
