@@ -184,10 +184,16 @@ std::unique_ptr<PersistentExchange> LoopbackTransport::persistent(
     cudaStream_t stream) {
   check_transfer_parts(sends, size_, "sends");
   check_transfer_parts(recvs, size_, "receives");
-  int device = 0;
-  MOE_EP_CUDA_CHECK(cudaGetDevice(&device));
-  auto made = std::make_unique<LoopbackPersistent>(device, rank_, size_);
-  made->zero(stream);  // synchronous (DeviceArray::zero): zero before any peer can store
+  std::unique_ptr<LoopbackPersistent> made;
+  try {
+    int device = 0;
+    MOE_EP_CUDA_CHECK(cudaGetDevice(&device));
+    made = std::make_unique<LoopbackPersistent>(device, rank_, size_);
+    made->zero(stream);  // synchronous (DeviceArray::zero): zero before any peer can store
+  } catch (const CudaError& e) {
+    world_->barrier.break_group(rank_, e.code(), e.what());  // the peers stop waiting for us
+    throw;
+  }
   LoopbackMailbox& box = world_->loopback;
   const auto at = [this](int src, int dst) { return static_cast<size_t>(src) * size_ + dst; };
   for (int peer = 0; peer < size_; ++peer) {
