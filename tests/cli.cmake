@@ -157,6 +157,7 @@ if(moe_ep_bench_has_mpi AND MOE_EP_MPIRUN)
   endfunction()
   set(mpi_small --experts 4 --topk 2 --tokens 5 ${small})
   moe_ep_cli_mpi(np1_normal ok 1 "# launch: mpirun, one rank per process" "ranks 1"
+                 "# processes (rank@host:GPU): 0@"
                  "# wrong: 0 OK" -- ${MOE_EP_MPIRUN} 1 ${MOE_EP_CLI} bench --backend cpu
                  ${mpi_small})
   moe_ep_cli_mpi(np1_decode ok 1 "mode decode" "# launch: mpirun" "# wrong: 0 OK" --

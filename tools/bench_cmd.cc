@@ -4,6 +4,7 @@
 // Exit 0 when every checked element matched, 1 when any differs. --mode decode times decode
 // mode's low_latency_dispatch / low_latency_combine instead of dispatch / combine.
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -11,6 +12,8 @@
 #include <iostream>
 #include <iterator>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "bench_backend.h"
 #include "bench_options.h"
@@ -101,7 +104,18 @@ int run_plan(BenchWorld& world, const BenchPlan& plan) {
   // Only process 0 prints (and writes --json); every process gets every rank's results.
   std::ostringstream discard;
   std::ostream& out = world.root() ? std::cout : discard;
-  print_header(out, plan, backend->describe(plan.shape.ranks));
+  BenchPlan shown = plan;  // the header's notes gain the placement under mpirun
+  if (world.distributed()) {
+    // Where every rank runs, so that a placement can be checked at a glance: rank@host:GPU.
+    char host[256] = {};
+    gethostname(host, sizeof(host) - 1);
+    const std::vector<std::string> places =
+        world.allgather(fmt::format("{}@{}:{}", world.rank(), host, world.local_rank()));
+    std::string line = "processes (rank@host:GPU):";
+    for (const std::string& place : places) line += " " + place;
+    shown.notes.push_back(line);
+  }
+  print_header(out, shown, backend->describe(plan.shape.ranks));
 
   // One token size at a time: its inputs, then every (SMs, dispatch, combine) of the plan.
   std::vector<PairResult> results;
