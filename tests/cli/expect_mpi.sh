@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Usage: expect_mpi.sh ok|fail PATTERN... -- MPIRUN NP COMMAND [ARG...]
-# Runs COMMAND under `MPIRUN -np NP` (Open MPI; allowed as root, oversubscribed, shared memory
-# only) and passes when the run succeeds (ok) or fails (fail) and its output (stdout and stderr
+# Runs COMMAND under `MPIRUN -np NP` (Open MPI: allowed as root, oversubscribed, shared memory
+# only; another MPI's mpirun gets -np alone) and passes when the run succeeds (ok) or fails (fail) and its output (stdout and stderr
 # together: every process's lines, and mpirun's own) contains every PATTERN (fixed strings).
 # Used by the `moe-ep bench` tests of one rank per process (docs/bench.md).
 set -u
@@ -19,8 +19,10 @@ shift 2
 
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
+extra=()
+"$mpirun" --version 2>&1 | grep -q "Open MPI" && extra=(--oversubscribe)
 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader \
-  timeout 120 "$mpirun" --oversubscribe -np "$np" "$@" >"$out" 2>&1
+  timeout 120 "$mpirun" "${extra[@]}" -np "$np" "$@" >"$out" 2>&1
 rc=$?
 echo "command: $mpirun -np $np $*"
 echo "exit code: $rc (want $want)"
