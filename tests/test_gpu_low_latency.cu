@@ -43,13 +43,17 @@ OpConfig decode_config(int world_size, DtypePair pair) {
   return c;
 }
 
-std::vector<RankInput> decode_inputs(const OpConfig& c, int world_size, uint64_t salt) {
+// `tokens` per rank; empty: rank 1 none, the others part of the 32 rows.
+std::vector<RankInput> decode_inputs(const OpConfig& c, int world_size, uint64_t salt,
+                                     std::vector<int64_t> tokens = {}) {
   InputSpec spec;
   spec.world_size = world_size;
   spec.config = c;
   spec.mask_prob = 0.2;
-  std::vector<int64_t> tokens(world_size);
-  for (int r = 0; r < world_size; ++r) tokens[r] = r == 1 ? 0 : 32 - 3 * r % 32;
+  if (tokens.empty()) {
+    tokens.resize(world_size);
+    for (int r = 0; r < world_size; ++r) tokens[r] = r == 1 ? 0 : 32 - 3 * r % 32;
+  }
   return testing::make_inputs(spec, testing::test_seed() + salt, tokens);
 }
 
@@ -104,16 +108,9 @@ TEST_P(GpuLowLatencyScan, OutOfRangeExpertFailsEveryRankAndTheOpStaysUsable) {
   const int64_t tokens = GetParam();
   OpConfig c = decode_config(world_size, {DispatchDtype::fp8, CombineDtype::bf16});
   c.max_tokens_per_rank = tokens;
-  InputSpec spec;
-  spec.world_size = world_size;
-  spec.config = c;
-  spec.mask_prob = 0.2;
-  const auto inputs = [&](uint64_t salt) {
-    return testing::make_inputs(spec, testing::test_seed() + salt, {tokens, tokens});
-  };
-  LowLatencyRound first(world_size, inputs(50));
-  LowLatencyRound last(world_size, inputs(51));
-  std::vector<RankInput> bad = inputs(52);
+  LowLatencyRound first(world_size, decode_inputs(c, world_size, 50, {tokens, tokens}));
+  LowLatencyRound last(world_size, decode_inputs(c, world_size, 51, {tokens, tokens}));
+  std::vector<RankInput> bad = decode_inputs(c, world_size, 52, {tokens, tokens});
   bad[1].topk_idx[3 * c.topk + 1] = 999;
   std::vector<testing::RankOutcome> outcomes(world_size);
   auto comms = make_single_gpu_world(world_size);

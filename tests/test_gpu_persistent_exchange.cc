@@ -10,7 +10,6 @@
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "moe_ep/cuda.h"
@@ -142,27 +141,12 @@ TEST(GpuPersistentExchange, LoopbackMovesNewBytesEveryLaunchEagerAndInAGraph) {
 TEST(GpuPersistentExchange, NcclMovesNewBytesEveryLaunchEagerAndInAGraph) {
   if (!testing::have_gpu()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
   // One rank per GPU: one GPU gives a rank that sends to itself, two give a pair.
-  const int world = cuda_device_count() >= 2 ? 2 : 1;
-  std::vector<int> devices;
-  for (int r = 0; r < world; ++r) devices.push_back(r);
-  auto comms = make_local_nccl_communicators(devices);
-  std::vector<std::string> failure(world);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        MOE_EP_CUDA_CHECK(cudaSetDevice(devices[r]));
-        cuda_backend::Transport& transport = cuda_backend::cuda_comm_of(comms[r])->transport();
-        EXPECT_STREQ(transport.name(), "nccl");
-        TestStream stream;
-        persistent_rounds(transport, r, world, stream.s);
-      } catch (const std::exception& e) {
-        failure[r] = e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (int r = 0; r < world; ++r) EXPECT_EQ(failure[r], "") << "rank " << r << " threw";
+  testing::run_nccl_ranks(2, [](int rank, int world, const std::shared_ptr<Communicator>& comm) {
+    cuda_backend::Transport& transport = cuda_backend::cuda_comm_of(comm)->transport();
+    EXPECT_STREQ(transport.name(), "nccl");
+    TestStream stream;
+    persistent_rounds(transport, rank, world, stream.s);
+  });
 }
 
 TEST(GpuPersistentExchange, LoopbackExchangeWhoseEndsDisagreeFailsOnEveryRank) {

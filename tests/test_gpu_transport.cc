@@ -10,7 +10,6 @@
 
 #include <cstdint>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "moe_ep/cuda.h"
@@ -146,31 +145,13 @@ TEST(GpuTransport, LoopbackMismatchFailsEveryRankAndTheNextExchangeWorks) {
 TEST(GpuTransport, NcclMovesEveryPairsBytes) {
   if (!testing::have_gpu()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
   // One rank per GPU: one GPU gives a rank that sends to itself, two give a pair.
-  const int world_size = cuda_device_count() >= 2 ? 2 : 1;
-  std::vector<int> devices;
-  for (int r = 0; r < world_size; ++r) devices.push_back(r);
-  auto comms = make_local_nccl_communicators(devices);
-  std::vector<std::string> wrong(world_size);
-  std::vector<std::string> failure(world_size);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world_size; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        MOE_EP_CUDA_CHECK(cudaSetDevice(devices[r]));
-        cuda_backend::Transport& transport = cuda_backend::cuda_comm_of(comms[r])->transport();
+  testing::run_nccl_ranks(
+      2, [](int rank, int world_size, const std::shared_ptr<Communicator>& comm) {
+        cuda_backend::Transport& transport = cuda_backend::cuda_comm_of(comm)->transport();
         EXPECT_STREQ(transport.name(), "nccl");
         testing::TestStream stream;
-        wrong[r] = exchange_rounds(transport, r, world_size, stream.s, 3);
-      } catch (const std::exception& e) {
-        failure[r] = e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (int r = 0; r < world_size; ++r) {
-    EXPECT_EQ(failure[r], "") << "rank " << r << " threw";
-    EXPECT_EQ(wrong[r], "") << "rank " << r;
-  }
+        EXPECT_EQ(exchange_rounds(transport, rank, world_size, stream.s, 3), "") << "rank " << rank;
+      });
 }
 
 #endif  // MOE_EP_WITH_CUDA

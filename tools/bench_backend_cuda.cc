@@ -169,13 +169,7 @@ class CudaBenchBackend final : public BenchBackend {
 
   std::vector<std::shared_ptr<Communicator>> process_communicators(
       int rank, int ranks, int device, const std::string& unique_id) override {
-    const int visible = moe_ep::cuda_device_count();
-    if (device >= visible) {
-      throw InvalidArgument(fmt::format(
-          "rank {} is process {} of its host, which sees {} CUDA device(s): one GPU per "
-          "process (mpirun -np at most the GPUs of each host)",
-          rank, device, visible));
-    }
+    // `device` exists: bench_cmd agreed on it on every process, and the library checks it too.
     devices_.assign(ranks, -1);
     devices_[rank] = device;
     ranks_.resize(ranks);

@@ -64,7 +64,7 @@ void rendezvous(CudaComm& comm, const ConfigValues& values, const std::string& r
   std::copy(values.begin(), values.end(), p.config);
   p.my_reason = reason.device();
   for (int q = 0; q < world; ++q) p.seen[q] = std::max(ledger.seen[q], ledger.failed_round);
-  p.timeout_ns = static_cast<uint64_t>(Knobs::get().timeout_s * 1e9);
+  p.timeout_ns = timeout_ns();
   p.outcome = outcome.device();
   p.domain_size = comm.domain_size();
   cudaStream_t stream = ledger.stream->get();

@@ -19,11 +19,8 @@
 #include "moe_ep/config.h"
 
 namespace moe_ep::cuda_backend {
-namespace {
 
 uint64_t timeout_ns() { return static_cast<uint64_t>(Knobs::get().timeout_s * 1e9); }
-
-}  // namespace
 
 CudaOp::CudaOp(std::shared_ptr<CudaComm> comm, const OpConfig& config, int num_sms)
     : OpBase(config, comm->rank(), comm->size()),

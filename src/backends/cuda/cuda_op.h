@@ -20,6 +20,9 @@
 
 namespace moe_ep::cuda_backend {
 
+// MOE_EP_TIMEOUT_S in nanoseconds: the bound of every device-side wait.
+uint64_t timeout_ns();
+
 class CudaOp final : public OpBase {
  public:
   // Local part of creation: every allocation of this rank (create_op.cc agrees with the other

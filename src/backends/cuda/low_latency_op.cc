@@ -46,7 +46,7 @@ LowLatencyParams CudaOp::ll_params(CallKind kind, bool host_rejected) const {
   p.src_slot = ll_src_slot_.get();
   p.send_counts = ll_send_counts_.get();
   p.tickets = ll_tickets_.get();
-  p.timeout_ns = static_cast<uint64_t>(Knobs::get().timeout_s * 1e9);
+  p.timeout_ns = timeout_ns();
   p.err = error_sink();
   return p;
 }

@@ -110,7 +110,7 @@ NodeParams CudaOp::node_params() const {
   p.pos = pos_.get();
   p.node_pos = node_pos_.get();
   p.step = steps_;
-  p.timeout_ns = static_cast<uint64_t>(Knobs::get().timeout_s * 1e9);
+  p.timeout_ns = timeout_ns();
   p.err = error_sink();
   return p;
 }
