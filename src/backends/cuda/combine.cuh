@@ -177,6 +177,37 @@ __device__ __forceinline__ bool reduce_combine_range(const ReduceArgs& a, int64_
   return true;
 }
 
+// The token side of a token whose only row is this rank's own (every token at world size 1): out
+// = bf16(0 + decode(encode(own row))) lane by lane, what the send to itself and the reduce would
+// have computed, with the loads of kCombineUnroll steps in flight and one step's sum live at a
+// time (the general in-place reduce keeps every step's sum and spills).
+template <typename F, typename OwnRow>
+__device__ __forceinline__ void reduce_own_row_only(const OwnRow& own, uint16_t* out_row,
+                                                    int hidden, int lane) {
+  for (int64_t base = 0; base < hidden; base += kElemsPerWarpStep * kCombineUnroll) {
+    uint4 v[kCombineUnroll];
+#pragma unroll
+    for (int u = 0; u < kCombineUnroll; ++u) {
+      v[u] = own(base + u * kElemsPerWarpStep + lane * kElemsPerLane);
+    }
+#pragma unroll
+    for (int u = 0; u < kCombineUnroll; ++u) {
+      if (base + u * kElemsPerWarpStep >= hidden) break;  // warp-uniform, as in the send
+      const int64_t elem = base + u * kElemsPerWarpStep + lane * kElemsPerLane;
+      typename F::Params params;
+      LaneWord<F> word;
+      formats::encode_lane<F>(v[u], word, params);  // every lane, as in the send
+      typename F::Scale scale{};
+      if constexpr (F::kBlock != 0) scale = params.stored;
+      float acc[kElemsPerLane];
+#pragma unroll
+      for (int j = 0; j < kElemsPerLane; ++j) acc[j] = 0.0f;
+      lane_decode_add<F>(word, scale, acc);
+      if (elem < hidden) *reinterpret_cast<uint4*>(out_row + elem) = lane_pack_bf16(acc);
+    }
+  }
+}
+
 // Normal mode's sender role for received row i: the row of y, to (source rank, source token).
 // Several nodes: a row from another node's source goes to the forwarder it came through, at slot
 // (source node * L + this rank's index in its node, staged row) (layout.h, combine).
@@ -248,8 +279,13 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
       if constexpr (kOwnInPlace) {
         const int64_t own_row = routes.row(p.info.rank);  // every lane: it shuffles
         const OwnRowOfY own{p.y + (own_row >= 0 ? own_row : 0) * p.info.hidden, p.info.hidden};
-        done = reduce_combine_range<F>(reduce, t, routes.mask, 0, p.info.hidden, flag_offset,
-                                       c.lane, own);
+        if (routes.mask == uint64_t{1} << p.info.rank) {  // no other rank's row to wait for
+          reduce_own_row_only<F>(own, p.out + t * p.info.hidden, p.info.hidden, c.lane);
+          done = true;
+        } else {
+          done = reduce_combine_range<F>(reduce, t, routes.mask, 0, p.info.hidden, flag_offset,
+                                         c.lane, own);
+        }
       } else {
         done =
             reduce_combine_range<F>(reduce, t, routes.mask, 0, p.info.hidden, flag_offset, c.lane);
