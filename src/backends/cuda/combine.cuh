@@ -109,8 +109,10 @@ __device__ __forceinline__ bool wait_ready_flags(const ReduceArgs& a, uint64_t m
 }
 
 // Every rank's row of a token comes through the buffer (reduce_combine_range's default).
+// kUnroll: warp steps summed together (each keeps its sums live).
 struct NoOwnRow {
   static constexpr bool kInPlace = false;
+  static constexpr int kUnroll = kCombineUnroll;
   __device__ uint4 operator()(int64_t) const { return make_uint4(0, 0, 0, 0); }
 };
 
@@ -118,6 +120,7 @@ struct NoOwnRow {
 // token in this rank's receive buffer.
 struct OwnRowOfY {
   static constexpr bool kInPlace = true;
+  static constexpr int kUnroll = kCombineUnroll;
   const uint16_t* row;
   int hidden;
   __device__ uint4 operator()(int64_t elem) const { return load_lane(row, elem, hidden); }
@@ -127,8 +130,8 @@ struct OwnRowOfY {
 // `flag_offset(r)` is where rank r's ready flag for that range lives in this rank's buffer.
 // With an OwnRow whose kInPlace is true, this rank's own row is not read back from the buffer (it
 // was never sent): own(elem) gives its values, encoded and decoded here, the same bits the buffer
-// would have held, added at this rank's place in the order. Returns false when a wait gave up
-// (timeout or another error).
+// would have held, added at this rank's place in the order; OwnRow::kUnroll warp steps at a time.
+// Returns false when a wait gave up (timeout or another error).
 template <typename F, typename FlagOffset, typename OwnRow = NoOwnRow>
 __device__ __forceinline__ bool reduce_combine_range(const ReduceArgs& a, int64_t t, uint64_t mask,
                                                      int64_t begin, int64_t end,
@@ -136,12 +139,13 @@ __device__ __forceinline__ bool reduce_combine_range(const ReduceArgs& a, int64_
                                                      OwnRow own = {}) {
   const int hidden = a.hidden;
   const int64_t payload_bytes = formats::payload_bytes_of<F>(hidden);
+  constexpr int kU = OwnRow::kUnroll;
   const uint64_t own_bit = OwnRow::kInPlace ? uint64_t{1} << a.rank : 0;
   if (!wait_ready_flags(a, mask & ~own_bit, flag_offset)) return false;
-  for (int64_t base = begin; base < end; base += kElemsPerWarpStep * kCombineUnroll) {
-    float acc[kCombineUnroll][kElemsPerLane];
+  for (int64_t base = begin; base < end; base += kElemsPerWarpStep * kU) {
+    float acc[kU][kElemsPerLane];
 #pragma unroll
-    for (int u = 0; u < kCombineUnroll; ++u) {
+    for (int u = 0; u < kU; ++u) {
 #pragma unroll
       for (int j = 0; j < kElemsPerLane; ++j) acc[u][j] = 0.0f;
     }
@@ -150,7 +154,7 @@ __device__ __forceinline__ bool reduce_combine_range(const ReduceArgs& a, int64_
       if constexpr (OwnRow::kInPlace) {
         if (r == a.rank) {
 #pragma unroll
-          for (int u = 0; u < kCombineUnroll; ++u) {
+          for (int u = 0; u < kU; ++u) {
             if (base + u * kElemsPerWarpStep >= end) break;  // warp-uniform, as in the send
             const int64_t elem = base + u * kElemsPerWarpStep + lane * kElemsPerLane;
             typename F::Params params;
@@ -163,11 +167,11 @@ __device__ __forceinline__ bool reduce_combine_range(const ReduceArgs& a, int64_
           continue;
         }
       }
-      add_row_steps<F, kCombineUnroll>(a.self + a.layout.combine_row_offset(r, t), payload_bytes,
-                                       base, end, lane, acc);
+      add_row_steps<F, kU>(a.self + a.layout.combine_row_offset(r, t), payload_bytes, base, end,
+                           lane, acc);
     }
 #pragma unroll
-    for (int u = 0; u < kCombineUnroll; ++u) {
+    for (int u = 0; u < kU; ++u) {
       const int64_t elem = base + u * kElemsPerWarpStep + lane * kElemsPerLane;
       if (elem < end) {
         *reinterpret_cast<uint4*>(a.out + t * hidden + elem) = lane_pack_bf16(acc[u]);
