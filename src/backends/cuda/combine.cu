@@ -7,7 +7,12 @@ cudaError_t launch_combine(CombineDtype dtype, const CombineParams& p, int num_b
                            cudaStream_t stream) {
   return formats::visit_format(dtype, [&](auto format) {
     using F = decltype(format);
-    combine_kernel<F><<<num_blocks, Policy::kDataThreads, 0, stream>>>(p);
+    // One node: this rank's own rows summed in place (combine.cuh, kOwnInPlace).
+    if (p.send_offset != nullptr && !p.nodes.several()) {
+      combine_kernel<F, true><<<num_blocks, Policy::kDataThreads, 0, stream>>>(p);
+    } else {
+      combine_kernel<F, false><<<num_blocks, Policy::kDataThreads, 0, stream>>>(p);
+    }
     return cudaGetLastError();
   });
 }
@@ -16,7 +21,10 @@ cudaError_t preload_combine_kernels() {
   for (CombineDtype dtype : kAllCombineDtypes) {
     const cudaError_t status = formats::visit_format(dtype, [](auto format) {
       cudaFuncAttributes attr;
-      return cudaFuncGetAttributes(&attr, combine_kernel<decltype(format)>);
+      const cudaError_t s = cudaFuncGetAttributes(&attr, combine_kernel<decltype(format), true>);
+      return s == cudaSuccess
+                 ? cudaFuncGetAttributes(&attr, combine_kernel<decltype(format), false>)
+                 : s;
     });
     if (status != cudaSuccess) return status;
   }

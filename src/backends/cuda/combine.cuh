@@ -108,30 +108,70 @@ __device__ __forceinline__ bool wait_ready_flags(const ReduceArgs& a, uint64_t m
   return __all_sync(0xffffffffu, ready);
 }
 
+// Every rank's row of a token comes through the buffer (reduce_combine_range's default).
+// kUnroll: warp steps summed together (each keeps its sums live).
+struct NoOwnRow {
+  static constexpr bool kInPlace = false;
+  static constexpr int kUnroll = kCombineUnroll;
+  __device__ uint4 operator()(int64_t) const { return make_uint4(0, 0, 0, 0); }
+};
+
+// This rank's own row of the token, read from y (normal mode, one node): `row` is y's row of the
+// token in this rank's receive buffer.
+struct OwnRowOfY {
+  static constexpr bool kInPlace = true;
+  static constexpr int kUnroll = kCombineUnroll;
+  const uint16_t* row;
+  int hidden;
+  __device__ uint4 operator()(int64_t elem) const { return load_lane(row, elem, hidden); }
+};
+
 // Receiver role for elements [begin, end) of token t, whose rows come from the ranks in `mask`;
 // `flag_offset(r)` is where rank r's ready flag for that range lives in this rank's buffer.
+// With an OwnRow whose kInPlace is true, this rank's own row is not read back from the buffer (it
+// was never sent): own(elem) gives its values, encoded and decoded here, the same bits the buffer
+// would have held, added at this rank's place in the order; OwnRow::kUnroll warp steps at a time.
 // Returns false when a wait gave up (timeout or another error).
-template <typename F, typename FlagOffset>
+template <typename F, typename FlagOffset, typename OwnRow = NoOwnRow>
 __device__ __forceinline__ bool reduce_combine_range(const ReduceArgs& a, int64_t t, uint64_t mask,
                                                      int64_t begin, int64_t end,
-                                                     FlagOffset flag_offset, int lane) {
+                                                     FlagOffset flag_offset, int lane,
+                                                     OwnRow own = {}) {
   const int hidden = a.hidden;
   const int64_t payload_bytes = formats::payload_bytes_of<F>(hidden);
-  if (!wait_ready_flags(a, mask, flag_offset)) return false;
-  for (int64_t base = begin; base < end; base += kElemsPerWarpStep * kCombineUnroll) {
-    float acc[kCombineUnroll][kElemsPerLane];
+  constexpr int kU = OwnRow::kUnroll;
+  const uint64_t own_bit = OwnRow::kInPlace ? uint64_t{1} << a.rank : 0;
+  if (!wait_ready_flags(a, mask & ~own_bit, flag_offset)) return false;
+  for (int64_t base = begin; base < end; base += kElemsPerWarpStep * kU) {
+    float acc[kU][kElemsPerLane];
 #pragma unroll
-    for (int u = 0; u < kCombineUnroll; ++u) {
+    for (int u = 0; u < kU; ++u) {
 #pragma unroll
       for (int j = 0; j < kElemsPerLane; ++j) acc[u][j] = 0.0f;
     }
     for (uint64_t m = mask; m != 0;) {  // ascending rank order
       const int r = next_dest(m);
-      add_row_steps<F, kCombineUnroll>(a.self + a.layout.combine_row_offset(r, t), payload_bytes,
-                                       base, end, lane, acc);
+      if constexpr (OwnRow::kInPlace) {
+        if (r == a.rank) {
+#pragma unroll
+          for (int u = 0; u < kU; ++u) {
+            if (base + u * kElemsPerWarpStep >= end) break;  // warp-uniform, as in the send
+            const int64_t elem = base + u * kElemsPerWarpStep + lane * kElemsPerLane;
+            typename F::Params params;
+            LaneWord<F> word;
+            formats::encode_lane<F>(own(elem), word, params);  // every lane, as in the send
+            typename F::Scale scale{};
+            if constexpr (F::kBlock != 0) scale = params.stored;  // what the send stores
+            if (elem < end) lane_decode_add<F>(word, scale, acc[u]);
+          }
+          continue;
+        }
+      }
+      add_row_steps<F, kU>(a.self + a.layout.combine_row_offset(r, t), payload_bytes, base, end,
+                           lane, acc);
     }
 #pragma unroll
-    for (int u = 0; u < kCombineUnroll; ++u) {
+    for (int u = 0; u < kU; ++u) {
       const int64_t elem = base + u * kElemsPerWarpStep + lane * kElemsPerLane;
       if (elem < end) {
         *reinterpret_cast<uint4*>(a.out + t * hidden + elem) = lane_pack_bf16(acc[u]);
@@ -139,6 +179,37 @@ __device__ __forceinline__ bool reduce_combine_range(const ReduceArgs& a, int64_
     }
   }
   return true;
+}
+
+// The token side of a token whose only row is this rank's own (every token at world size 1): out
+// = bf16(0 + decode(encode(own row))) lane by lane, what the send to itself and the reduce would
+// have computed, with the loads of kCombineUnroll steps in flight and one step's sum live at a
+// time (the general in-place reduce keeps every step's sum and spills).
+template <typename F, typename OwnRow>
+__device__ __forceinline__ void reduce_own_row_only(const OwnRow& own, uint16_t* out_row,
+                                                    int hidden, int lane) {
+  for (int64_t base = 0; base < hidden; base += kElemsPerWarpStep * kCombineUnroll) {
+    uint4 v[kCombineUnroll];
+#pragma unroll
+    for (int u = 0; u < kCombineUnroll; ++u) {
+      v[u] = own(base + u * kElemsPerWarpStep + lane * kElemsPerLane);
+    }
+#pragma unroll
+    for (int u = 0; u < kCombineUnroll; ++u) {
+      if (base + u * kElemsPerWarpStep >= hidden) break;  // warp-uniform, as in the send
+      const int64_t elem = base + u * kElemsPerWarpStep + lane * kElemsPerLane;
+      typename F::Params params;
+      LaneWord<F> word;
+      formats::encode_lane<F>(v[u], word, params);  // every lane, as in the send
+      typename F::Scale scale{};
+      if constexpr (F::kBlock != 0) scale = params.stored;
+      float acc[kElemsPerLane];
+#pragma unroll
+      for (int j = 0; j < kElemsPerLane; ++j) acc[j] = 0.0f;
+      lane_decode_add<F>(word, scale, acc);
+      if (elem < hidden) *reinterpret_cast<uint4*>(out_row + elem) = lane_pack_bf16(acc);
+    }
+  }
 }
 
 // Normal mode's sender role for received row i: the row of y, to (source rank, source token).
@@ -167,7 +238,12 @@ __device__ __forceinline__ void send_received_row(const CombineParams& p, int64_
       p.step, lane);
 }
 
-template <typename F>
+// kOwnInPlace (one node): this rank's rows of its own tokens are not sent to itself; each of
+// those tokens' reduce reads its row of y and encodes and decodes it in registers
+// (reduce_combine_range with OwnRowOfY), the same bits without the buffer's write and read, the
+// system fence and the flag (docs/perf-notes.md, v18). Several nodes: every row is sent (the
+// node path sums elsewhere).
+template <typename F, bool kOwnInPlace>
 __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm)
     combine_kernel(CombineParams p) {
   // The step agreement failed or this rank rejected: nothing moves, on every rank.
@@ -191,15 +267,34 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
     if (item >= total) break;
     if (item < num_send) {
       const int64_t i = item + rotation < num_send ? item + rotation : item + rotation - num_send;
+      if constexpr (kOwnInPlace) {
+        const int src = __ldcg(reinterpret_cast<const int32_t*>(p.peers.base[p.info.rank] +
+                                                                p.layout.recv_src_rank_offset(i)));
+        if (src == p.info.rank) continue;  // summed in place by the token's reduce
+      }
       send_received_row<F>(p, i, c.lane);
     } else {
       const int64_t t = item - num_send;
-      const TokenRoutes routes =
-          token_routes(p.pos, nullptr, p.info.max_tokens, p.info.world_size, t, c.lane);
+      // In place: the routes' rows are absolute (send_offset), so this rank's is its y row.
+      const TokenRoutes routes = token_routes(p.pos, kOwnInPlace ? p.send_offset : nullptr,
+                                              p.info.max_tokens, p.info.world_size, t, c.lane);
       const auto flag_offset = [&](int r) { return p.layout.combine_flag_offset(r, t); };
-      if (!reduce_combine_range<F>(reduce, t, routes.mask, 0, p.info.hidden, flag_offset, c.lane)) {
-        break;  // reported; the other warps see the flag and stop too
+      bool done = false;
+      if constexpr (kOwnInPlace) {
+        const int64_t own_row = routes.row(p.info.rank);  // every lane: it shuffles
+        const OwnRowOfY own{p.y + (own_row >= 0 ? own_row : 0) * p.info.hidden, p.info.hidden};
+        if (routes.mask == uint64_t{1} << p.info.rank) {  // no other rank's row to wait for
+          reduce_own_row_only<F>(own, p.out + t * p.info.hidden, p.info.hidden, c.lane);
+          done = true;
+        } else {
+          done = reduce_combine_range<F>(reduce, t, routes.mask, 0, p.info.hidden, flag_offset,
+                                         c.lane, own);
+        }
+      } else {
+        done =
+            reduce_combine_range<F>(reduce, t, routes.mask, 0, p.info.hidden, flag_offset, c.lane);
       }
+      if (!done) break;  // reported; the other warps see the flag and stop too
     }
   }
   // The last warp out resets the tickets for the op's next combine.

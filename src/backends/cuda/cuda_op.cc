@@ -415,6 +415,7 @@ void CudaOp::combine(const Handle& handle, const TensorView& y, const TensorView
                        steps_,
                        timeout_ns(),
                        error_sink()};
+      if (!nodes_.several()) cp.send_offset = send_offset_.get();  // own rows summed in place
       MOE_EP_CUDA_CHECK(launch_combine(config_.combine_dtype, cp, data_blocks_, stream));
       if (nodes_.several()) combine_across_nodes(handle, out, stream);
     }

@@ -191,6 +191,10 @@ struct CombineParams {
   uint64_t step;
   uint64_t timeout_ns;
   ErrorSink err;
+  // One node: [W] where this rank's rows from each source start in each destination (notify's
+  // send_offset of the matching dispatch); the combine then sums this rank's own rows in place.
+  // Null: every row is sent (several nodes).
+  const int32_t* send_offset = nullptr;
 };
 
 // The creation rendezvous over a communicator's control area (cuda_comm.h): thread q stores this

@@ -62,12 +62,27 @@ __device__ __forceinline__ uint4 weighted_slot_sum(const LocalSlots& s, const ui
   return lane_pack_bf16(acc);
 }
 
+// This rank's own part of a token in decode mode's combine: the weighted sum of its local slots'
+// rows of y (weighted_slot_sum), one warp step at a time, since its slot loads already keep a
+// group of loads in flight and more steps' registers would spill.
+struct OwnSlotSum {
+  static constexpr bool kInPlace = true;
+  static constexpr int kUnroll = 1;
+  LocalSlots slots;
+  const uint16_t* y;
+  int hidden;
+  int k_slots;
+  __device__ uint4 operator()(int64_t elem) const {
+    return weighted_slot_sum(slots, y, elem, hidden, k_slots);
+  }
+};
+
 // The token side for elements [begin, end) of this rank's token t when the whole combine runs in
-// one kernel (kLlCombineAll): this rank's own part is not sent to itself. It is computed here, then
-// encoded and decoded in registers: the same bits a send to itself would have stored and the
-// reduce read back, without the store, the system fences, the flag and the wait on it
-// (docs/perf-notes.md, v18). The other ranks' rows are waited for and added as in normal mode, all
-// in ascending rank order. Returns false when a wait gave up (reported).
+// one kernel (kLlCombineAll): this rank's own part is not sent to itself; reduce_combine_range
+// computes it (OwnSlotSum) and encodes and decodes it in registers, the same bits a send to
+// itself would have stored and the reduce read back, without the store, the system fences, the
+// flag and the wait on it (docs/perf-notes.md, v18). The other ranks' rows are waited for and
+// added as in normal mode, all in ascending rank order. Returns false when a wait gave up.
 template <typename F>
 __device__ __forceinline__ bool ll_reduce_with_own_part(const LowLatencyParams& p,
                                                         const ReduceArgs& a, int64_t t,
@@ -75,45 +90,16 @@ __device__ __forceinline__ bool ll_reduce_with_own_part(const LowLatencyParams& 
                                                         int lane) {
   const RankInfo& info = p.info;
   const uint64_t mask = p.token_mask[t];
-  const uint64_t own = 1ull << info.rank;
-  const auto flag_offset = [&](int r) { return p.layout.ll_ready_offset(r, t, slice); };
-  if (!wait_ready_flags(a, mask & ~own, flag_offset)) return false;
-  const int hidden = a.hidden;
-  const int k_slots = info.topk;
-  LocalSlots slots{};
-  if ((mask & own) != 0) {
+  OwnSlotSum own{LocalSlots{}, p.y, a.hidden, info.topk};
+  if (((mask >> info.rank) & 1) != 0) {
     const auto* meta =
         reinterpret_cast<const float*>(a.self + p.layout.ll_meta_offset(info.rank, t));
-    slots = load_local_slots(
-        p.slot_rows + (static_cast<int64_t>(info.rank) * info.max_tokens + t) * k_slots,
-        meta + k_slots, k_slots, lane);
+    own.slots = load_local_slots(
+        p.slot_rows + (static_cast<int64_t>(info.rank) * info.max_tokens + t) * info.topk,
+        meta + info.topk, info.topk, lane);
   }
-  // One warp step at a time (not kCombineUnroll as in normal mode): the own part's slot loads
-  // already keep a group of loads in flight, and the registers of more steps would spill.
-  const int64_t payload_bytes = formats::payload_bytes_of<F>(hidden);
-  for (int64_t base = begin; base < end; base += kElemsPerWarpStep) {
-    const int64_t elem = base + lane * kElemsPerLane;
-    float acc[1][kElemsPerLane];
-#pragma unroll
-    for (int j = 0; j < kElemsPerLane; ++j) acc[0][j] = 0.0f;
-    for (uint64_t m = mask; m != 0;) {  // ascending rank order
-      const int r = next_dest(m);
-      if (r != info.rank) {
-        add_row_steps<F, 1>(a.self + a.layout.combine_row_offset(r, t), payload_bytes, base, end,
-                            lane, acc);
-        continue;
-      }
-      const uint4 v = weighted_slot_sum(slots, p.y, elem, hidden, k_slots);
-      typename F::Params params;
-      LaneWord<F> word;
-      formats::encode_lane<F>(v, word, params);  // every lane, as in the send
-      typename F::Scale scale{};
-      if constexpr (F::kBlock != 0) scale = params.stored;  // what the send stores
-      if (elem < end) lane_decode_add<F>(word, scale, acc[0]);
-    }
-    if (elem < end) *reinterpret_cast<uint4*>(a.out + t * hidden + elem) = lane_pack_bf16(acc[0]);
-  }
-  return true;
+  const auto flag_offset = [&](int r) { return p.layout.ll_ready_offset(r, t, slice); };
+  return reduce_combine_range<F>(a, t, mask, begin, end, flag_offset, lane, own);
 }
 
 // kOwnInPlace: the whole combine in one launch (kLlCombineAll), this rank's own part summed in
