@@ -114,27 +114,51 @@ __host__ __device__ constexpr bool isolated(Path path) {
 }
 
 // Lane l holds elements 8(l % 4) .. +7 of the block of its lane group l / 4, exactly as the
-// combine kernel holds a row; num_blocks is a multiple of 8. Only the swept blocks are written.
+// combine kernel holds a row: a sweep's warp step `step` as lane `lane` sees it.
+struct SweepLane {
+  int64_t b;   // the block of the lane's group
+  bool swept;  // a swept block (else a filler, not written)
+  int first;   // the lane's first element in its block
+  uint4 v;     // its 8 values
+};
+
+template <Path kPath>
+__device__ SweepLane sweep_lane(const uint16_t* background, int64_t step, int lane) {
+  constexpr bool kIsolated = isolated(kPath);
+  const int group = lane / 4;
+  SweepLane s;
+  s.b = kIsolated ? step : step * 8 + group;
+  s.swept = !kIsolated || group == step % 8;
+  s.first = (lane % 4) * kElemsPerLane;
+  uint16_t e[kElemsPerLane];
+  for (int j = 0; j < kElemsPerLane; ++j) {
+    e[j] = s.swept ? sweep_elem(background, s.b, s.first + j) : filler_elem(group, s.first + j);
+  }
+  s.v = make_uint4(
+      e[0] | static_cast<uint32_t>(e[1]) << 16, e[2] | static_cast<uint32_t>(e[3]) << 16,
+      e[4] | static_cast<uint32_t>(e[5]) << 16, e[6] | static_cast<uint32_t>(e[7]) << 16);
+  return s;
+}
+
+// Warp steps of a sweep over num_blocks blocks (a multiple of 8).
+template <Path kPath>
+__host__ __device__ constexpr int64_t sweep_steps(int64_t num_blocks) {
+  return isolated(kPath) ? num_blocks : num_blocks / 8;
+}
+
+// Only the swept blocks are written.
 template <Path kPath>
 __global__ void encode_int8_e3m4(const uint16_t* background, int64_t num_blocks, uint8_t* codes,
                                  uint16_t* words) {
-  constexpr bool kIsolated = isolated(kPath);
   const int lane = threadIdx.x % 32;
-  const int group = lane / 4;
   const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * blockDim.x / 32;
-  const int64_t steps = kIsolated ? num_blocks : num_blocks / 8;
-  for (int64_t step = warp; step < steps; step += warps) {
-    const int64_t b = kIsolated ? step : step * 8 + group;
-    const bool swept = !kIsolated || group == step % 8;
-    const int first = (lane % 4) * kElemsPerLane;
-    uint16_t e[kElemsPerLane];
-    for (int j = 0; j < kElemsPerLane; ++j) {
-      e[j] = swept ? sweep_elem(background, b, first + j) : filler_elem(group, first + j);
-    }
-    const uint4 v = make_uint4(
-        e[0] | static_cast<uint32_t>(e[1]) << 16, e[2] | static_cast<uint32_t>(e[3]) << 16,
-        e[4] | static_cast<uint32_t>(e[5]) << 16, e[6] | static_cast<uint32_t>(e[7]) << 16);
+  for (int64_t step = warp; step < sweep_steps<kPath>(num_blocks); step += warps) {
+    const SweepLane sl = sweep_lane<kPath>(background, step, lane);
+    const int64_t b = sl.b;
+    const bool swept = sl.swept;
+    const int first = sl.first;
+    const uint4 v = sl.v;
     I8::Params p;
     LaneWord<I8> w;
     if constexpr (kPath == Path::kReference) {
@@ -247,26 +271,17 @@ void expect_sweep_equals_scalar() {
 // addition on the host, with the blocks in the warp steps as the encode sweeps place them.
 template <Path kPath>
 __global__ void round_trip_int8_e3m4(const uint16_t* background, int64_t num_blocks, float* out) {
-  constexpr bool kIsolated = isolated(kPath);
   const int lane = threadIdx.x % 32;
-  const int group = lane / 4;
   const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * blockDim.x / 32;
-  const int64_t steps = kIsolated ? num_blocks : num_blocks / 8;
-  for (int64_t step = warp; step < steps; step += warps) {
-    const int64_t b = kIsolated ? step : step * 8 + group;
-    const bool swept = !kIsolated || group == step % 8;
-    const int first = (lane % 4) * kElemsPerLane;
-    uint16_t e[kElemsPerLane];
+  for (int64_t step = warp; step < sweep_steps<kPath>(num_blocks); step += warps) {
+    const SweepLane sl = sweep_lane<kPath>(background, step, lane);
+    const int64_t b = sl.b;
+    const bool swept = sl.swept;
+    const int first = sl.first;
     float acc[kElemsPerLane];
-    for (int j = 0; j < kElemsPerLane; ++j) {
-      e[j] = swept ? sweep_elem(background, b, first + j) : filler_elem(group, first + j);
-      acc[j] = start_acc(b * 32 + first + j);
-    }
-    const uint4 v = make_uint4(
-        e[0] | static_cast<uint32_t>(e[1]) << 16, e[2] | static_cast<uint32_t>(e[3]) << 16,
-        e[4] | static_cast<uint32_t>(e[5]) << 16, e[6] | static_cast<uint32_t>(e[7]) << 16);
-    lane_round_trip_add<I8>(v, swept, acc);
+    for (int j = 0; j < kElemsPerLane; ++j) acc[j] = start_acc(b * 32 + first + j);
+    lane_round_trip_add<I8>(sl.v, swept, acc);
     if (!swept) continue;
     for (int j = 0; j < kElemsPerLane; ++j) out[b * 32 + first + j] = acc[j];
   }
