@@ -77,7 +77,8 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
       reduce_own_row_only<F>(own, p.out + t * info.hidden, info.hidden, c.lane);
       continue;
     }
-    const auto row_of = [&](int r, int64_t) { return routes.row(r); };
+    // By value: a reference would take the routes' address and keep them in local memory.
+    const auto row_of = [routes](int r, int64_t) { return routes.row(r); };
     if (!reduce_combine_range<F>(reduce, t, routes.mask, 0, info.hidden, flag_offset, c.lane, own,
                                  row_of)) {
       break;  // reported; the other warps see the flag and stop too
