@@ -253,7 +253,8 @@ TEST(GpuCopyEngineErrors, RanksThatDisagreeOnCopyEngineFailTheCreation) {
   std::vector<testing::RankOutcome> mismatch(world);
   auto comms = make_single_gpu_world(world);
   testing::run_world(comms, [&](int rank, const std::shared_ptr<Communicator>& comm) {
-    OpConfig mine = c;
+    OpConfig mine = c;  // another instance than the op made next, so that nothing pairs with it
+    mine.instance_id = 7;
     mine.copy_engine = rank == 0;
     mismatch[rank] = testing::outcome_of([&] { create_op(comm, mine); });
     auto op = testing::kept_op(comm, c);
