@@ -4,14 +4,17 @@
 // dispatch/combine dtype pair must equal the reference bit for bit (the same check as the SM
 // path's tests), two rounds per op, at W = 1, 2, 4 and 8; also pre-quantized input, a DeepSeek
 // row size, the SM path and the copy-engine path on the same inputs, a rejected dispatch and
-// combine that fail every rank and leave the op usable, MOE_EP_COPY_ENGINE as the default of
-// the ops that can use it, and ranks that disagree on copy_engine failing the creation. The
-// inputs come from testing::test_seed() (printed; MOE_EP_TEST_SEED replays a run).
+// combine that fail every rank and leave the op usable, a late rank giving timeouts instead of
+// a hang, MOE_EP_COPY_ENGINE as the default of the ops that can use it, and ranks that disagree
+// on copy_engine failing the creation. The inputs come from testing::test_seed() (printed;
+// MOE_EP_TEST_SEED replays a run).
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "testing/gpu_world.h"
@@ -204,6 +207,48 @@ TEST(GpuCopyEngineErrors, RejectedDispatchAndCombineFailEveryRankAndTheOpStaysUs
   }
   check_round(c, world, rounds[0], 1);
   check_round(c, world, rounds[1], 2);
+}
+
+// The copy-engine combine waits on the host for its step before queueing copies. W = 2 with a
+// short bound: rank 1 joins the combine only after rank 0's step gave up, so rank 0 gets a Timeout
+// (from that host wait, not a hang) and queues no copy; rank 1's step then finds rank 0's word,
+// passes, and its reduce times out waiting for rank 0's rows (raised by synchronize). Both ops end
+// poisoned. No assertion on time: the Timeout itself is the proof that nothing waited forever.
+TEST(GpuCopyEngineErrors, CombineThatARankJoinsLateGivesTimeoutsNotAHang) {
+  setenv("MOE_EP_TIMEOUT_S", "2", 1);
+  if (!testing::have_gpu()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
+  const int world = 2;
+  const OpConfig c = ce_config(world, {DispatchDtype::fp8, CombineDtype::fp8});
+  const std::vector<RankInput> inputs = world_test_inputs(c, world, 11);
+  std::vector<testing::RankOutcome> outcome(world);
+  auto comms = make_single_gpu_world(world);
+  testing::run_world(comms, [&](int rank, const std::shared_ptr<Communicator>& comm) {
+    auto op = testing::kept_op(comm, c);
+    TestStream stream;
+    testing::DeviceInput in(inputs[rank], 0);
+    DispatchArgs args = in.view;
+    args.stream = stream.s;
+    const DispatchResult d = op->dispatch(args);
+    MOE_EP_CUDA_CHECK(cudaStreamSynchronize(stream.s));
+    const int64_t tokens = inputs[rank].num_tokens;
+    testing::DeviceBuffer y = testing::DeviceBuffer::copy_of(
+        std::vector<uint16_t>(static_cast<size_t>(d.num_recv) * c.hidden, 0));
+    testing::DeviceBuffer out = testing::DeviceBuffer::copy_of(
+        std::vector<uint16_t>(static_cast<size_t>(tokens) * c.hidden, 0));
+    if (rank == 1) std::this_thread::sleep_for(std::chrono::seconds(5));
+    outcome[rank] = testing::outcome_of([&] {
+      op->combine(d.handle,
+                  TensorView::matrix(y.ptr.get(), ScalarType::kBFloat16, d.num_recv, c.hidden,
+                                     DeviceType::kCuda, 0),
+                  TensorView::matrix(out.ptr.get(), ScalarType::kBFloat16, tokens, c.hidden,
+                                     DeviceType::kCuda, 0),
+                  stream.s);
+      op->synchronize(stream.s);
+    });
+  });
+  for (int r = 0; r < world; ++r) {
+    testing::expect_error(outcome[r], ErrorCode::kTimeout, {"timed out"}, r);
+  }
 }
 
 // MOE_EP_COPY_ENGINE=1 (read once per process; ctest runs each test in a process of its own) is
