@@ -137,7 +137,8 @@ void CudaOp::combine_copy_engine(const Handle& handle, const TensorView& y, cons
   }
   if (!passed) {
     raise_device_error("combine", &verdict);
-    throw Internal("combine (copy engine): the step failed but no error was recorded");
+    poison_and_throw(Internal("combine (copy engine): the step did not pass on rank " +
+                              std::to_string(rank_) + " but no error was raised"));
   }
   combined_ = true;  // undone if a peer's failure is raised later
 }
