@@ -61,8 +61,8 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
                           p.timeout_ns,
                           p.err};
   // Rank r's rows for this rank arrive as one block in r's slot, ordered as this rank's tokens
-  // sent to r: the token's row there is its position among them, pos[r][t] (the routes without
-  // offsets). Every source's rows are ready once its done word holds the step.
+  // sent to r: the token's row there is its position among them, pos[r][t]. Every source's rows
+  // are ready once its done word holds the step.
   const auto flag_offset = [&](int r) { return p.layout.done_offset(r); };
   // No warp waits for another warp of this grid (only for peers' done words, which their hosts'
   // copies and signal kernels provide), so a grid-stride loop is safe with any resident subset.
@@ -77,8 +77,14 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
       reduce_own_row_only<F>(own, p.out + t * info.hidden, info.hidden, c.lane);
       continue;
     }
-    // By value: a reference would take the routes' address and keep them in local memory.
-    const auto row_of = [routes](int r, int64_t) { return routes.row(r); };
+    // pos[r][t] read per source and step rather than shuffled from the routes, which would keep
+    // them live across the sums (nvcc: fewer spills; the kernel still spills more than
+    // combine_kernel, docs/cuda-backend.md#the-copy-engine-path).
+    const int32_t* pos = p.pos;
+    const int64_t max_tokens = info.max_tokens;
+    const auto row_of = [pos, max_tokens](int r, int64_t token) {
+      return static_cast<int64_t>(__ldcg(pos + r * max_tokens + token));
+    };
     if (!reduce_combine_range<F>(reduce, t, routes.mask, 0, info.hidden, flag_offset, c.lane, own,
                                  row_of)) {
       break;  // reported; the other warps see the flag and stop too
