@@ -108,12 +108,17 @@ __host__ __device__ inline uint16_t filler_elem(int group, int i) {
   return i == 3 ? static_cast<uint16_t>(0x42c8) : static_cast<uint16_t>(0x3c00 + i);  // 100, ~2^-7
 }
 
+// One swept block per warp step.
+__host__ __device__ constexpr bool isolated(Path path) {
+  return path == Path::kFastAmongFastBlocks;
+}
+
 // Lane l holds elements 8(l % 4) .. +7 of the block of its lane group l / 4, exactly as the
 // combine kernel holds a row; num_blocks is a multiple of 8. Only the swept blocks are written.
 template <Path kPath>
 __global__ void encode_int8_e3m4(const uint16_t* background, int64_t num_blocks, uint8_t* codes,
                                  uint16_t* words) {
-  constexpr bool kIsolated = kPath == Path::kFastAmongFastBlocks;
+  constexpr bool kIsolated = isolated(kPath);
   const int lane = threadIdx.x % 32;
   const int group = lane / 4;
   const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
@@ -235,6 +240,95 @@ void expect_sweep_equals_scalar() {
   cudaFree(d_bg);
   cudaFree(d_codes);
   cudaFree(d_words);
+}
+
+// The round trip in registers of combine's own rows (lane_round_trip_add): the same sweeps, each
+// lane adding decode(encode(x)) to start_acc, against the trait's encode_row, decode and the
+// addition on the host, with the blocks in the warp steps as the encode sweeps place them.
+template <Path kPath>
+__global__ void round_trip_int8_e3m4(const uint16_t* background, int64_t num_blocks, float* out) {
+  constexpr bool kIsolated = isolated(kPath);
+  const int lane = threadIdx.x % 32;
+  const int group = lane / 4;
+  const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * blockDim.x / 32;
+  const int64_t steps = kIsolated ? num_blocks : num_blocks / 8;
+  for (int64_t step = warp; step < steps; step += warps) {
+    const int64_t b = kIsolated ? step : step * 8 + group;
+    const bool swept = !kIsolated || group == step % 8;
+    const int first = (lane % 4) * kElemsPerLane;
+    uint16_t e[kElemsPerLane];
+    float acc[kElemsPerLane];
+    for (int j = 0; j < kElemsPerLane; ++j) {
+      e[j] = swept ? sweep_elem(background, b, first + j) : filler_elem(group, first + j);
+      acc[j] = start_acc(b * 32 + first + j);
+    }
+    const uint4 v = make_uint4(
+        e[0] | static_cast<uint32_t>(e[1]) << 16, e[2] | static_cast<uint32_t>(e[3]) << 16,
+        e[4] | static_cast<uint32_t>(e[5]) << 16, e[6] | static_cast<uint32_t>(e[7]) << 16);
+    lane_round_trip_add<I8>(v, swept, acc);
+    if (!swept) continue;
+    for (int j = 0; j < kElemsPerLane; ++j) out[b * 32 + first + j] = acc[j];
+  }
+}
+
+template <Path kPath>
+void expect_round_trip_equals_scalar(const char* what) {
+  const std::vector<uint16_t> bg = backgrounds();
+  constexpr int64_t kBlocks = static_cast<int64_t>(kPositions) * kBlocksPerValueSweep;
+  uint16_t* d_bg = nullptr;
+  float* d_out = nullptr;
+  ASSERT_EQ(cudaMalloc(&d_bg, bg.size() * sizeof(uint16_t)), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&d_out, kBlocks * 32 * sizeof(float)), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(d_bg, bg.data(), bg.size() * sizeof(uint16_t), cudaMemcpyHostToDevice),
+            cudaSuccess);
+  std::vector<float> out(kBlocks * 32);
+  int64_t compared = 0;
+  for (int g = 0; g < kBackgrounds; ++g) {
+    round_trip_int8_e3m4<kPath><<<1024, 256>>>(d_bg + g * 32, kBlocks, d_out);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(out.data(), d_out, out.size() * sizeof(float), cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    std::vector<int64_t> first_bad(16, -1);
+    std::atomic<int> slot{0};
+    parallel_for(kBlocks, [&](int64_t begin, int64_t end) {
+      const int me = slot++;
+      uint16_t x[32];
+      uint8_t codes[32];
+      uint16_t word = 0;
+      for (int64_t b = begin; b < end; ++b) {
+        for (int i = 0; i < 32; ++i) x[i] = sweep_elem(&bg[g * 32], b, i);
+        encode_row<I8>(x, 32, codes, &word);
+        for (int i = 0; i < 32; ++i) {
+          const float want = start_acc(b * 32 + i) + I8::decode(codes[i], word);
+          const float got = out[b * 32 + i];
+          const bool same = (is_nan(want) && is_nan(got)) || float_bits(want) == float_bits(got);
+          if (!same && first_bad[me] < 0) first_bad[me] = b * 32 + i;
+        }
+      }
+    });
+    compared += kBlocks * 32;
+    for (int k = 0; k < 16; ++k) {
+      if (first_bad[k] < 0) continue;
+      const int64_t e = first_bad[k], b = e / 32;
+      ADD_FAILURE() << "background " << g << ", position " << b / kBlocksPerValueSweep
+                    << ", value 0x" << std::hex << b % kBlocksPerValueSweep << std::dec
+                    << ": element " << e % 32 << " device " << std::hexfloat << out[e];
+    }
+  }
+  std::printf("round trip (%s): %lld elements compared\n", what, static_cast<long long>(compared));
+  cudaFree(d_bg);
+  cudaFree(d_out);
+}
+
+TEST(GpuFormats, Int8E3m4RoundTripInRegistersEqualsScalarOnEveryBf16InEveryPosition) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
+  expect_round_trip_equals_scalar<Path::kFast>("8 swept blocks a step");
+}
+
+TEST(GpuFormats, Int8E3m4RoundTripInRegistersEqualsScalarOnEveryBf16AmongFastBlocks) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
+  expect_round_trip_equals_scalar<Path::kFastAmongFastBlocks>("among fast blocks");
 }
 
 TEST(GpuFormats, Int8E3m4PackedEncodeEqualsScalarOnEveryBf16InEveryPosition) {

@@ -100,15 +100,22 @@ __device__ __forceinline__ uint32_t e2m1x2(uint32_t w, float inv) {
 // float operation that reaches an error sum is the reference's operation on the same operands, so
 // the sums, the choice and the codes are the reference's bits.
 //
-// It covers blocks of zeros and finite blocks with amax >= 2^-119 (bf16 bits 0x0400): there
+// It covers blocks of zeros and finite blocks with 2^-119 <= amax < 2^120: there
 //   - amax / 127 and amax * 2^-6 are normal floats, the latter exact, so the e3m4 scale is
 //     s3 = amax / 64; both scales and their reciprocals are normal (no FLT_MAX clamp);
 //   - |x * m8| <= amax * m8 (1 + u) < 127 (1 + u)^2 / (1 - u) < 127.5 (u = 2^-24, m8 = fl(1/s8),
 //     s8 >= fl(amax / 127)), so clamping to [-127, 127] would not change the rounded integer and
 //     int8_rounding_sum gives int8_satfinite's code;
 //   - |x * m3| <= amax * fl(64 / amax) (1 + u) < 64 (1 + u)^2 < 124: e3m4's clamp is inactive.
-// The rest (Inf or NaN, tiny maxima) sends the warp to the reference path.
+// The rest (Inf or NaN, tiny maxima, maxima from 2^120 up) sends the warp to the reference path.
 inline constexpr uint32_t kInt8E3m4FastMinAmax = 0x0400;  // bf16 bits of 2^-119
+// ... and amax < 2^120, so that no product of a code and a scale overflows (the residuals' FMA
+// relies on exact products).
+inline constexpr uint32_t kInt8E3m4FastEndAmax = 0x7b80;  // bf16 bits of 2^120
+
+__device__ __forceinline__ bool int8_e3m4_in_fast_range(uint32_t amax_bits) {
+  return amax_bits == 0 || (amax_bits >= kInt8E3m4FastMinAmax && amax_bits < kInt8E3m4FastEndAmax);
+}
 
 // The four low bytes of t0..t3's bits as one word, t0's in byte 0.
 __device__ __forceinline__ uint32_t low_bytes(float t0, float t1, float t2, float t3) {
@@ -134,12 +141,29 @@ __device__ __forceinline__ float rcp_normal(float s) {
 }
 
 // One lane's int8/e3m4 encode for a block in the fast range (see above), amax_bits its bf16 amax.
+// With kValues, values[j] is also element j's decoded value under the chosen code, the bits of
+// F::decode(code, word): both candidates' decoded values come out of the error computation, so a
+// round trip in registers (lane_round_trip_add) needs no decode. Without it the residuals are one
+// fused multiply-add each, the same bits as the reference's product and difference because both
+// of those are exact (below), so the single rounding of the FMA has nothing to round.
+//   int8: q * s8 has at most 7 + 8 significant bits (no rounding, no overflow below 2^120). For
+//     q = 0 the residual is -x. Otherwise |x * m8| >= 1/2, so |x| >= s8 / 2.02 and x (8 bits) is a
+//     multiple of 2^(E - 9), s8 in [2^E, 2^(E + 1)); q * s8 is a multiple of 2^(E - 7); and
+//     |q * s8 - x| < s8 < 2^(E + 1): 10 bits.
+//   e3m4: r * s3 with r = R * 2^(k - 4) (R <= 31) has at most 5 + 8 bits. For r = 0 the residual
+//     is -|x|. Otherwise |x| >= 2^(k - 5) * s3 / 1.01 (k = 0 holds the e3m4 subnormals), so x is a
+//     multiple of 2^(E + k - 14) and r * s3 of 2^(E + k - 11), and |r * s3 - |x|| <= 2^(E + k - 4)
+//     (half a step of 2^(k - 4) times s3 < 2^(E + 1), with room for m3's rounding): 10 bits.
+// tests/test_gpu_formats.cu checks both variants against the trait on every bf16 in every
+// position of a block.
+template <bool kValues = false>
 __device__ __forceinline__ void int8_e3m4_fast(const uint4& v, uint32_t amax_bits, uint2& word,
-                                               Int8E3m4Wire::Params& params) {
+                                               Int8E3m4Wire::Params& params,
+                                               float* values = nullptr) {
   using F = Int8E3m4Wire;
   // A zero block computes with the scales of amax = 1: its elements (+-0) times any finite
   // multiplier give codes 0 and error sums 0, a tie that keeps int8; its word and multipliers are
-  // set to F::block_params' zeros at the end.
+  // set to F::block_params' zeros at the end (its decoded values are +0 either way).
   const float amax = __uint_as_float((amax_bits != 0 ? amax_bits : 0x3f80u) << 16);
   // The scales and multipliers of F::block_params: the same words (int8_scale_word equals
   // bf16_round_up(amax / 127)) and the same reciprocals.
@@ -149,6 +173,7 @@ __device__ __forceinline__ void int8_e3m4_fast(const uint4& v, uint32_t amax_bit
   const float m8 = rcp_normal(s8), m3 = rcp_normal(s3);
   float err8 = 0.0f, err3 = 0.0f;
   uint32_t codes8[2], codes3[2];
+  float v8[kElemsPerLane], v3[kElemsPerLane];  // decoded values (kValues only)
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const uint32_t w0 = half == 0 ? v.x : v.z, w1 = half == 0 ? v.y : v.w;
@@ -158,7 +183,14 @@ __device__ __forceinline__ void int8_e3m4_fast(const uint4& v, uint32_t amax_bit
     for (int j = 0; j < 4; ++j) {
       // int8: F::add_errors' decode(int8_satfinite(x * m8), w8) - x, squared and added.
       t8[j] = int8_rounding_sum(x[j] * m8);
-      const float d8 = sub_rn(t8[j], kRoundToIntOffset) * s8 - x[j];
+      const float q8 = sub_rn(t8[j], kRoundToIntOffset);
+      float d8;
+      if constexpr (kValues) {
+        v8[4 * half + j] = q8 * s8;
+        d8 = sub_rn(v8[4 * half + j], x[j]);
+      } else {
+        d8 = __fmaf_rn(q8, s8, -x[j]);  // exact (above)
+      }
       err8 = err8 + d8 * d8;
       // e3m4: the code's sign is x's (m3 > 0), its magnitude code and value come from
       // a = |x * m3|. The reference's error is +-(value * s3) - x with the sign of x, i.e.
@@ -167,7 +199,15 @@ __device__ __forceinline__ void int8_e3m4_fast(const uint4& v, uint32_t amax_bit
       const float a = fabsf(x[j] * m3);
       const float c = e3m4_rounding_offset(a);
       t3[j] = add_rn(a, c);
-      const float d3 = sub_rn(t3[j], c) * s3 - fabsf(x[j]);
+      const float r = sub_rn(t3[j], c);
+      float d3;
+      if constexpr (kValues) {
+        const float p3 = r * s3;
+        d3 = sub_rn(p3, fabsf(x[j]));
+        v3[4 * half + j] = copysignf(p3, x[j]);  // the code's sign is x's, -0 included
+      } else {
+        d3 = __fmaf_rn(r, s3, -fabsf(x[j]));  // exact (above)
+      }
       err3 = err3 + d3 * d3;
     }
     codes8[half] = low_bytes(t8[0], t8[1], t8[2], t8[3]);
@@ -181,7 +221,8 @@ __device__ __forceinline__ void int8_e3m4_fast(const uint4& v, uint32_t amax_bit
   }
   params.e3m4_stored = static_cast<uint16_t>(w3 | F::kE3m4Bit);
   params.e3m4_inv = m3;
-  if (err3 < err8) {  // F::pick
+  const bool e3m4 = err3 < err8;  // F::pick
+  if (e3m4) {
     word = make_uint2(codes3[0], codes3[1]);
     params.stored = params.e3m4_stored;
     params.inv = m3;
@@ -189,6 +230,10 @@ __device__ __forceinline__ void int8_e3m4_fast(const uint4& v, uint32_t amax_bit
     word = make_uint2(codes8[0], codes8[1]);
     params.stored = w8;
     params.inv = m8;
+  }
+  if constexpr (kValues) {
+#pragma unroll
+    for (int j = 0; j < kElemsPerLane; ++j) values[j] = e3m4 ? v3[j] : v8[j];
   }
   if (amax_bits == 0) params = F::Params{};
 }
@@ -236,8 +281,7 @@ __device__ __forceinline__ void encode_lane(const uint4& v, LaneWord<F>& word,
            (e2m1x2(v.z, params.inv) << 16) | (e2m1x2(v.w, params.inv) << 24);
   } else if constexpr (std::is_same_v<F, Int8E3m4Wire>) {
     const uint32_t a = block_amax_bits<F::kBlock / kElemsPerLane>(v);
-    const bool fast = a == 0 || (a >= kInt8E3m4FastMinAmax && a < 0x7f80u);
-    if (!__all_sync(0xffffffffu, fast)) {
+    if (!__all_sync(0xffffffffu, int8_e3m4_in_fast_range(a))) {
       params = lane_block_params<F>(v);
       word = lane_encode<F>(v, params);
       return;
@@ -247,6 +291,36 @@ __device__ __forceinline__ void encode_lane(const uint4& v, LaneWord<F>& word,
     params = lane_block_params<F>(v);
     word = lane_encode<F>(v, params);
   }
+}
+
+// A round trip in registers: adds decode(encode(v)) element by element to acc, the bits that
+// encode_lane, a store, a load and lane_decode_add would give, where `add` is true (all 32 lanes
+// must call it: the encode shuffles). Combine's own rows take it (they are never sent). For
+// int8/e3m4 in the fast range the decoded values are the encode's own (int8_e3m4_fast<true>),
+// so there is no decode; every other case encodes and decodes.
+template <typename F>
+__device__ __forceinline__ void lane_round_trip_add(const uint4& v, bool add,
+                                                    float (&acc)[kElemsPerLane]) {
+  if constexpr (std::is_same_v<F, Int8E3m4Wire>) {
+    const uint32_t a = block_amax_bits<F::kBlock / kElemsPerLane>(v);
+    if (__all_sync(0xffffffffu, int8_e3m4_in_fast_range(a))) {
+      typename F::Params params;
+      LaneWord<F> word;
+      float values[kElemsPerLane];
+      int8_e3m4_fast<true>(v, a, word, params, values);
+      if (add) {
+#pragma unroll
+        for (int j = 0; j < kElemsPerLane; ++j) acc[j] = acc[j] + values[j];
+      }
+      return;
+    }
+  }
+  typename F::Params params;
+  LaneWord<F> word;
+  encode_lane<F>(v, word, params);
+  typename F::Scale scale{};
+  if constexpr (F::kBlock != 0) scale = params.stored;  // what the send stores
+  if (add) lane_decode_add<F>(word, scale, acc);
 }
 
 }  // namespace moe_ep::formats

@@ -168,12 +168,8 @@ __device__ __forceinline__ bool reduce_combine_range(const ReduceArgs& a, int64_
           for (int u = 0; u < kU; ++u) {
             if (base + u * kElemsPerWarpStep >= end) break;  // warp-uniform, as in the send
             const int64_t elem = base + u * kElemsPerWarpStep + lane * kElemsPerLane;
-            typename F::Params params;
-            LaneWord<F> word;
-            formats::encode_lane<F>(own(elem), word, params);  // every lane, as in the send
-            typename F::Scale scale{};
-            if constexpr (F::kBlock != 0) scale = params.stored;  // what the send stores
-            if (elem < end) lane_decode_add<F>(word, scale, acc[u]);
+            // Every lane, as in the send; the bits the buffer would have held.
+            formats::lane_round_trip_add<F>(own(elem), elem < end, acc[u]);
           }
           continue;
         }
@@ -209,15 +205,10 @@ __device__ __forceinline__ void reduce_own_row_only(const OwnRow& own, uint16_t*
     for (int u = 0; u < kCombineUnroll; ++u) {
       if (base + u * kElemsPerWarpStep >= hidden) break;  // warp-uniform, as in the send
       const int64_t elem = base + u * kElemsPerWarpStep + lane * kElemsPerLane;
-      typename F::Params params;
-      LaneWord<F> word;
-      formats::encode_lane<F>(v[u], word, params);  // every lane, as in the send
-      typename F::Scale scale{};
-      if constexpr (F::kBlock != 0) scale = params.stored;
       float acc[kElemsPerLane];
 #pragma unroll
       for (int j = 0; j < kElemsPerLane; ++j) acc[j] = 0.0f;
-      lane_decode_add<F>(word, scale, acc);
+      formats::lane_round_trip_add<F>(v[u], true, acc);  // every lane, as in the send
       if (elem < hidden) *reinterpret_cast<uint4*>(out_row + elem) = lane_pack_bf16(acc);
     }
   }
