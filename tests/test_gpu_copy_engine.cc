@@ -223,7 +223,14 @@ TEST(GpuCopyEngineErrors, CombineThatARankJoinsLateGivesTimeoutsNotAHang) {
   }
   const int world = 2;
   const OpConfig c = ce_config(world, {DispatchDtype::fp8, CombineDtype::fp8});
-  const std::vector<RankInput> inputs = world_test_inputs(c, world, 11);
+  // Both ranks hold full batches (world_test_inputs gives rank 1 none, and a rank with no tokens
+  // has nothing to wait for: its combine rightly succeeds), every slot live.
+  testing::InputSpec spec;
+  spec.world_size = world;
+  spec.config = c;
+  spec.mask_prob = 0.0;
+  const std::vector<RankInput> inputs = testing::make_inputs(
+      spec, testing::test_seed() + 11, {c.max_tokens_per_rank, c.max_tokens_per_rank});
   std::vector<testing::RankOutcome> outcome(world);
   auto comms = make_single_gpu_world(world);
   testing::run_world(comms, [&](int rank, const std::shared_ptr<Communicator>& comm) {
