@@ -250,6 +250,9 @@ moe_ep_cli_error(ranks_per_node_above_ranks 2 "--ranks-per-node=8" "<= --ranks=4
                  ${MOE_EP_CLI} bench --backend cpu --ranks 4 --ranks-per-node 8)
 moe_ep_cli_error(ranks_per_node_not_integer 2 "--ranks-per-node=two" "integer" --
                  ${MOE_EP_CLI} bench --ranks-per-node two)
+# --copy-engine: the CUDA backend's path (normal mode, one node); on the CPU backend a bad argument.
+moe_ep_cli_error(copy_engine_cpu 2 "--copy-engine=on" "cuda backend" --
+                 ${MOE_EP_CLI} bench --backend cpu --copy-engine)
 moe_ep_cli_error(unknown_option 2 "--bogus" -- ${MOE_EP_CLI} bench --bogus)
 moe_ep_cli_error(no_command 2 "subcommand" -- ${MOE_EP_CLI})
 moe_ep_cli_error(config_env_bogus 2 "MOE_EP_DISPATCH_DTYPE" "bogus" --

@@ -171,7 +171,8 @@ TEST_F(ConfigKnobs, RegistryDocumentsWhatTheParsersAccept) {
       EXPECT_STREQ(knob.type, "bool");
       EXPECT_STREQ(knob.default_value, "0");
       EXPECT_TRUE(contains(help, "copy engines")) << help;
-      EXPECT_TRUE(contains(help, "No backend has a copy-engine path yet")) << help;
+      EXPECT_TRUE(contains(help, "OpConfig::copy_engine")) << help;
+      EXPECT_TRUE(contains(help, "normal mode on one node")) << help;
     }
   }
 }
@@ -328,16 +329,15 @@ TEST_F(ConfigKnobs, NumSmsParsesNonNegativeIntegers) {
   }
 }
 
-TEST_F(ConfigKnobs, CopyEngineIsABoolDefaultingToOffAndSaysItChangesNothing) {
+TEST_F(ConfigKnobs, CopyEngineIsABoolDefaultingToOff) {
   EXPECT_FALSE(Knobs::from({}).copy_engine);
   EXPECT_FALSE(Knobs::from({{"MOE_EP_COPY_ENGINE", "off"}}).copy_engine);
-  EXPECT_EQ(count_matching(logged_since_start(), {"MOE_EP_COPY_ENGINE"}), 0);
-  // No backend has a copy-engine path: asking for one is a warning, never silently ignored.
+  EXPECT_FALSE(Knobs::from({{"MOE_EP_COPY_ENGINE", "0"}}).copy_engine);
+  EXPECT_TRUE(Knobs::from({{"MOE_EP_COPY_ENGINE", "1"}}).copy_engine);
   EXPECT_TRUE(Knobs::from({{"MOE_EP_COPY_ENGINE", "yes"}}).copy_engine);
-  EXPECT_EQ(count_matching(logged_since_start(), {"MOE_EP_COPY_ENGINE=yes changes nothing",
-                                                  "no backend has a "
-                                                  "copy-engine path yet"}),
-            1);
+  // It now selects a path (the CUDA backend's), so setting it is no longer a warning.
+  EXPECT_EQ(count_matching(logged_since_start(), {"MOE_EP_COPY_ENGINE"}), 0);
+  EXPECT_EQ(from_error({{"MOE_EP_COPY_ENGINE", "2"}}).find("MOE_EP_COPY_ENGINE='2'"), 0u);
 }
 
 TEST_F(ConfigKnobs, SetVariablesRecordsEveryMoeEpVariableAsGiven) {

@@ -2,7 +2,8 @@
 // thread, every output of dispatch and combine must equal the CPU backend's bit for bit, for all
 // 3 x 3 dtype pairs, on random shapes, zero-token ranks, fully masked tokens, pre-quantized x,
 // hidden sizes 128 to 7168 and several calls on one op. Also the error paths that need a GPU:
-// a rank that never joins (Timeout, no hang) and a rejected input on one rank. Without a GPU
+// a rank that never joins (Timeout, no hang) and a rejected input on one rank. The copy-engine
+// path (OpConfig::copy_engine) on every pair too. Without a GPU
 // (or without the CUDA backend) every test skips with a message.
 #include <gtest/gtest.h>
 
@@ -90,8 +91,10 @@ struct GpuCase {
   int rounds;
 };
 
-void run_case(const GpuCase& gc, DtypePair pair, int world_size, uint64_t seed) {
+void run_case(const GpuCase& gc, DtypePair pair, int world_size, uint64_t seed,
+              bool copy_engine = false) {
   OpConfig config;
+  config.copy_engine = copy_engine;
   config.num_experts = gc.num_experts;
   config.hidden = gc.hidden;
   config.topk = gc.topk;
@@ -143,6 +146,20 @@ TEST(GpuBackend, WorldSizeOneEqualsCpu) {
   for (const DtypePair& pair : all_pairs()) {
     run_case({1024, 8, 2, {33}, 0.2, false, 2}, pair, 1, test_seed());
   }
+}
+
+// The copy-engine path (docs/cuda-backend.md#the-copy-engine-path) between real GPUs: copies into
+// the peers' NCCL symmetric windows (tests/test_gpu_copy_engine.cc covers W ranks on one GPU).
+TEST(GpuBackend, CopyEngineAllPairsEqualCpu) {
+  MOE_EP_REQUIRE_GPU();
+  const uint64_t seed = test_seed();
+  const int world = cuda_device_count();
+  for (const DtypePair& pair : all_pairs()) {
+    run_case({7168, 256, 8, {300, 257}, 0.1, false, 2}, pair, world, seed, /*copy_engine=*/true);
+    run_case({128, 4 * world, 3, {5, 0, 17}, 0.3, false, 2}, pair, world, seed + 10, true);
+  }
+  run_case({1536, 32, 4, {64, 40}, 0.1, true, 2}, {DispatchDtype::fp8, CombineDtype::fp8}, world,
+           seed + 20, true);
 }
 
 TEST(GpuBackend, PrequantizedInputEqualsCpu) {

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "moe_ep/config.h"
 #include "moe_ep/cpu.h"
 #include "moe_ep/op.h"
 #include "testing/ranks.h"
@@ -126,7 +127,7 @@ TEST(OpConfig, DtypeEnumsOutOfRange) {
 TEST(OpConfig, EqualityCoversEveryField) {
   const OpConfig base = valid();
   EXPECT_TRUE(base == valid());
-  std::vector<OpConfig> changed(10, base);
+  std::vector<OpConfig> changed(11, base);
   changed[0].num_experts = 128;
   changed[1].hidden = 4096;
   changed[2].topk = 4;
@@ -137,6 +138,7 @@ TEST(OpConfig, EqualityCoversEveryField) {
   changed[7].num_sms = 16;
   changed[8].low_latency = true;
   changed[9].ranks_per_node = 4;
+  changed[10].copy_engine = true;
   for (const OpConfig& c : changed) EXPECT_FALSE(c == base) << c.describe();
 }
 
@@ -164,6 +166,101 @@ TEST(OpConfig, RanksPerNode) {
   expect_rejected(c, 8, {"ranks_per_node=-1 must be >= 0"});
   c.ranks_per_node = 16;
   expect_rejected(c, 8, {"ranks_per_node=16 exceeds world_size=8"});
+}
+
+TEST(OpConfig, DescribeNamesCopyEngineWhenSet) {
+  OpConfig c = valid();
+  EXPECT_EQ(c.describe().find("copy_engine"), std::string::npos) << c.describe();
+  c.copy_engine = true;
+  EXPECT_NE(c.describe().find(" copy_engine=1"), std::string::npos) << c.describe();
+}
+
+// The copy-engine path is normal mode on one node: copy_engine=true with decode mode or with
+// nodes smaller than the world is refused, naming both fields and their values.
+TEST(OpConfig, CopyEngineIsNormalModeOnOneNode) {
+  OpConfig c = valid();
+  c.copy_engine = true;
+  for (int l : {0, 8}) {
+    c.ranks_per_node = l;
+    EXPECT_NO_THROW(check_config(c, 8)) << "ranks_per_node=" << l;
+  }
+  c.ranks_per_node = 0;
+  EXPECT_NO_THROW(check_config(c, 1));
+  c.ranks_per_node = 2;
+  expect_rejected(c, 8,
+                  {"copy_engine=true with ranks_per_node=2 < world_size=8",
+                   "one node only (ranks_per_node=0 or 8)"});
+  c.ranks_per_node = 0;
+  c.low_latency = true;
+  expect_rejected(c, 8, {"copy_engine=true with low_latency=true", "normal mode only"});
+  c.copy_engine = false;  // both without the copy engine: fine
+  c.ranks_per_node = 2;
+  EXPECT_NO_THROW(check_config(c, 8));
+}
+
+// MOE_EP_COPY_ENGINE is the default of the ops that can use the path; a caller's true stands.
+TEST(OpConfig, CopyEngineFromTheEnvironmentOnlyWhereThePathApplies) {
+  const Knobs off = Knobs::from({});
+  const Knobs on = Knobs::from({{"MOE_EP_COPY_ENGINE", "1"}});
+  OpConfig c = valid();
+  EXPECT_FALSE(resolve_copy_engine(c, 8, off));
+  EXPECT_TRUE(resolve_copy_engine(c, 8, on));
+  c.ranks_per_node = 8;  // one node, spelled out
+  EXPECT_TRUE(resolve_copy_engine(c, 8, on));
+  c.ranks_per_node = 4;  // two nodes: the SM path, not a refusal
+  EXPECT_FALSE(resolve_copy_engine(c, 8, on));
+  c.ranks_per_node = 0;
+  c.low_latency = true;  // decode mode: the SM path, not a refusal
+  EXPECT_FALSE(resolve_copy_engine(c, 8, on));
+  c.low_latency = false;
+  c.copy_engine = true;
+  EXPECT_TRUE(resolve_copy_engine(c, 8, off));
+}
+
+// Creation agrees on copy_engine like on every field: a rank whose copy_engine differs never
+// pairs (each rank fails naming the field after the bounded wait), and a rank that asks for it
+// with decode mode rejects its configuration, which fails every rank at once with its reason.
+// The CPU backend has no copy-engine path; it takes the field as part of the op's identity.
+TEST(OpConfig, CopyEngineIsAgreedAtCreation) {
+  const auto differing = testing::run_ranks_outcomes(
+      2,
+      [](int rank, const std::shared_ptr<Communicator>& comm) {
+        OpConfig c = valid();
+        c.num_experts = 8;
+        c.max_tokens_per_rank = 4;
+        c.copy_engine = rank == 1;
+        create_op(comm, c);
+      },
+      /*timeout_s=*/0.5);
+  for (int r = 0; r < 2; ++r) {
+    expect_error(differing[r], ErrorCode::kInvalidArgument,
+                 {"configuration differs between ranks: ", "copy_engine=1 on rank 1",
+                  "copy_engine=0 on rank 0"},
+                 r);
+  }
+  const auto refused =
+      testing::run_ranks_outcomes(2, [](int rank, const std::shared_ptr<Communicator>& comm) {
+        OpConfig c = valid();
+        c.num_experts = 8;
+        c.max_tokens_per_rank = 4;
+        c.low_latency = true;
+        c.copy_engine = rank == 0;
+        create_op(comm, c);
+      });
+  expect_error(refused[0], ErrorCode::kInvalidArgument, {"copy_engine=true with low_latency=true"},
+               0);
+  expect_error(refused[1], ErrorCode::kInvalidArgument,
+               {"rank 0", "copy_engine=true with low_latency=true"}, 1);
+  // Equal configurations with copy_engine create (and the CPU backend runs them as usual).
+  const auto agreed =
+      testing::run_ranks_outcomes(2, [](int, const std::shared_ptr<Communicator>& comm) {
+        OpConfig c = valid();
+        c.num_experts = 8;
+        c.max_tokens_per_rank = 4;
+        c.copy_engine = true;
+        EXPECT_TRUE(create_op(comm, c)->config().copy_engine);
+      });
+  for (const auto& o : agreed) EXPECT_FALSE(o.threw) << o.message;
 }
 
 TEST(OpConfig, BackendNames) {

@@ -250,6 +250,9 @@ CommandFn add_bench_command(CLI::App& app) {
          "SM budgets, e.g. 8,16,32: every pair runs once per budget (OpConfig::num_sms; "
          "default: the op's default, MOE_EP_NUM_SMS or 32)")
       ->type_name("LIST");
+  cmd->add_flag("--copy-engine", o.copy_engine,
+                "move the rows with the GPU's copy engines instead of SMs (OpConfig::copy_engine; "
+                "cuda backend, --mode normal, one node; default off, or MOE_EP_COPY_ENGINE)");
   add_double(cmd, "--x-std", o.x_std,
              "standard deviation of the gaussian x (default 0.02, activation-sized; "
              "docs/bench.md says why)");

@@ -126,6 +126,7 @@ OpConfig op_config(const BenchPlan& plan, const DtypePair& pair) {
   config.num_sms = pair.num_sms;
   config.low_latency = plan.mode == BenchMode::kDecode;
   config.ranks_per_node = plan.ranks_per_node;
+  config.copy_engine = plan.copy_engine;
   return config;
 }
 
@@ -262,6 +263,29 @@ BenchPlan plan_bench(const BenchOptions& o) {
                        " (every node holds the same number of ranks)");
     }
     plan.ranks_per_node = l;
+  }
+  // --copy-engine: the CUDA backend's copy-engine path, which is normal mode on one node
+  // (OpConfig::copy_engine; create_op would refuse the other combinations).
+  if (o.copy_engine) {
+    if (plan.backend != Backend::kCuda) {
+      bad_argument("--copy-engine", "on",
+                   "the copy-engine path is the cuda backend's (--backend cuda, with a GPU)");
+    }
+    if (plan.mode == BenchMode::kDecode) {
+      bad_argument("--copy-engine", "on",
+                   "the copy-engine path is normal mode only (--mode normal)");
+    }
+    if (several_nodes(plan)) {
+      bad_argument("--copy-engine", "on",
+                   "the copy-engine path works on one node only: --ranks-per-node " +
+                       std::to_string(plan.ranks_per_node) +
+                       " must equal --ranks=" + std::to_string(s.ranks) + " or be left out");
+    }
+    plan.copy_engine = true;
+  } else if (knobs.copy_engine && plan.backend == Backend::kCuda &&
+             plan.mode == BenchMode::kNormal && !several_nodes(plan)) {
+    plan.copy_engine = true;  // what create_op resolves for these ops (resolve_copy_engine)
+    plan.notes.push_back("copy engine from MOE_EP_COPY_ENGINE");
   }
   for (int tokens : plan.token_sizes) check_at_least("--tokens", tokens, 0, "tokens");
   check_at_least("--iters", plan.iters, 1, "iters");

@@ -34,6 +34,7 @@ struct BenchOptions {
   double x_std = 0.02;            // standard deviation of the gaussian x (docs/bench.md)
   std::string baseline = "none";  // none|nccl (nccl: cuda backend only)
   std::vector<int> num_sms;       // --num-sms 8,16,32: one run per budget; empty: the default
+  bool copy_engine = false;       // --copy-engine: OpConfig::copy_engine (cuda, normal, one node)
   // Not a flag: under mpirun, the number of processes (one rank each, bench_world.h); 0 when the
   // ranks are threads of this process.
   int process_ranks = 0;
@@ -67,6 +68,7 @@ struct BenchPlan {
   int warmup = 0;
   bool check = true;
   bool nccl_baseline = false;  // --baseline nccl: time an NCCL all-to-allv of the same bytes
+  bool copy_engine = false;    // --copy-engine: every op takes the copy-engine path
   std::string json_path;
   std::vector<DtypePair> pairs;    // in the order they run and print (budgets outer, pairs inner)
   bool sms_column = false;         // --num-sms given: the table shows the budget

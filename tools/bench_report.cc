@@ -91,6 +91,10 @@ void print_header(std::ostream& os, const BenchPlan& plan, const std::string& ba
         "{} slabs of W*Tmax = {} rows per rank; expert y = bf16(decoded slab row)\n",
         s.experts / s.ranks, fmt::join(slab_rows, ","));
   }
+  if (plan.copy_engine) {
+    os << "# copy engine (--copy-engine): rows packed locally, moved by cudaMemcpyAsync per peer, "
+          "then a done word per source (OpConfig::copy_engine)\n";
+  }
   for (const std::string& note : plan.notes) os << "# " << note << "\n";
   os << "# times: median over iterations of the slowest rank; MB: bytes per rank per leg sent "
         "to other ranks (1e6); rel_err vs fp64 on the bf16 input\n";
@@ -190,6 +194,7 @@ void write_json(const std::string& path, const BenchPlan& plan, const std::strin
     record["dispatch_dtype"] = to_string(r.pair.dispatch);
     record["combine_dtype"] = to_string(r.pair.combine);
     if (r.pair.num_sms != 0) record["num_sms"] = r.pair.num_sms;
+    if (plan.copy_engine) record["copy_engine"] = true;
     record["dispatch_us"] = r.dispatch_us;
     record["combine_us"] = r.combine_us;
     record["dispatch_bytes"] = m.dispatch_bytes;

@@ -45,7 +45,7 @@ struct Knobs {
   double timeout_s = 100.0;              // MOE_EP_TIMEOUT_S
   LogLevel log_level = LogLevel::kWarn;  // MOE_EP_LOG
   int num_sms = 0;                       // MOE_EP_NUM_SMS, 0 = library default
-  bool copy_engine = false;              // MOE_EP_COPY_ENGINE (reserved: no effect yet)
+  bool copy_engine = false;              // MOE_EP_COPY_ENGINE: default of OpConfig::copy_engine
   EnvMap set_variables;                  // every MOE_EP_* variable that was present, as given
 
   static const Knobs& get();
@@ -71,6 +71,15 @@ struct DtypeResolution {
 DtypeResolution resolve_dtypes(std::optional<DispatchDtype> requested_dispatch,
                                std::optional<CombineDtype> requested_combine, WeightDtype weights,
                                const Knobs& knobs = Knobs::get());
+
+struct OpConfig;
+// OpConfig::copy_engine as an op of `world_size` ranks uses it: the caller's true; else
+// MOE_EP_COPY_ENGINE (knobs.copy_engine), but only for an op that can take the copy-engine path,
+// normal mode on one node (low_latency false, ranks_per_node 0 or world_size); other ops keep
+// the SM path. The CUDA backend resolves it before its creation agreement, so ranks whose
+// environments differ fail the creation naming copy_engine. A caller's true on an op that cannot
+// use it is check_config's error, not changed here.
+bool resolve_copy_engine(const OpConfig& config, int world_size, const Knobs& knobs = Knobs::get());
 
 // Levelled logger (MOE_EP_LOG). Messages go to stderr unless a sink is installed (tests).
 void log(LogLevel level, const std::string& message);

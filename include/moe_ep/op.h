@@ -55,6 +55,13 @@ struct OpConfig {
   // default) means L = world size, one node. Dispatch outputs do not depend on it; combine sums
   // each remote node's rows on that node first. The CUDA backend takes only L = world size.
   int ranks_per_node = 0;
+  // Copy-engine data path (CUDA backend, normal mode on one node; docs/cuda-backend.md): rows
+  // are packed into a local staging area by a kernel and moved to each peer by the GPU's copy
+  // engines (one cudaMemcpyAsync per field and destination in dispatch, one per source in
+  // combine) instead of SM stores into the peer; the same bits as the SM path. false takes
+  // MOE_EP_COPY_ENGINE for ops that can use it. true is refused with low_latency or with
+  // ranks_per_node below the world size. Ignored by the CPU backend.
+  bool copy_engine = false;
 
   bool operator==(const OpConfig& other) const;
   std::string describe() const;

@@ -194,13 +194,17 @@ class Op:
     uid = property(lambda self: self._op.uid)
     low_latency = property(lambda self: self._op.low_latency,
                            doc="OpConfig::low_latency: whether the op takes decode-mode calls.")
+    copy_engine = property(lambda self: self._op.copy_engine,
+                           doc="OpConfig::copy_engine as resolved at creation: whether normal "
+                               "mode moves rows with the GPU's copy engines (CUDA backend).")
 
     def __repr__(self):
         c = self.config
         return (f"<moe_ep.Op {self.backend} rank {self.rank}/{self.world_size} "
                 f"E={c['num_experts']} H={c['hidden']} K={c['top_k']} "
                 f"T<={c['max_tokens_per_rank']} {c['dispatch_dtype']}/{c['combine_dtype']}"
-                f"{' low_latency' if self.low_latency else ''}>")
+                f"{' low_latency' if self.low_latency else ''}"
+                f"{' copy_engine' if self.copy_engine else ''}>")
 
     def _stream(self) -> int:
         """torch's current stream on the op's device (0 for the CPU backend)."""
@@ -434,7 +438,7 @@ def _communicator(group):
 def get_op(group, num_experts: int, top_k: int, hidden: int, max_tokens_per_rank: int,
            dispatch_dtype="auto", combine_dtype="auto", weight_dtype="bf16",
            instance_id: int = 0, num_sms: int = 0, low_latency: bool = False,
-           ranks_per_node: int = 0) -> Op:
+           ranks_per_node: int = 0, copy_engine: bool = False) -> Op:
     """The op for this configuration, from the LRU cache (capacity 4) or created collectively.
 
     group: a torch.distributed ProcessGroup (CUDA backend, device torch.cuda.current_device())
@@ -448,7 +452,10 @@ def get_op(group, num_experts: int, top_k: int, hidden: int, max_tokens_per_rank
     L < world size combine sums each other node's rows on that node first
     (docs/design.md#several-nodes); on the CPU backend in both modes, on the CUDA backend in
     normal mode only (low_latency=True with L < world size is refused on every rank).
-    The integers must be ints in int32 range. A configuration this
+    copy_engine: OpConfig::copy_engine, normal mode's rows move by the GPU's copy engines
+    instead of SM stores (CUDA backend, one node, not with low_latency=True: those combinations
+    are refused on every rank; ignored on CPU); False takes MOE_EP_COPY_ENGINE for the ops that
+    can use it; True or False only. The integers must be ints in int32 range. A configuration this
     rank cannot even build (a bad dtype name, hidden=128.7) is told to the other ranks, whose
     creation fails at once with the reason; the next creation works.
     """
@@ -459,6 +466,7 @@ def get_op(group, num_experts: int, top_k: int, hidden: int, max_tokens_per_rank
             ("max_tokens_per_rank", max_tokens_per_rank), ("instance_id", instance_id),
             ("num_sms", num_sms), ("ranks_per_node", ranks_per_node))]
         low_latency_ = _bool_arg("low_latency", low_latency)
+        copy_engine_ = _bool_arg("copy_engine", copy_engine)
         res = resolve_dtypes(weight_dtype, dispatch_dtype, combine_dtype, stacklevel=3)
     except Exception as e:  # noqa: BLE001 -- any refusal of this rank is the creation's
         _reject_create(comm, e)
@@ -471,7 +479,7 @@ def get_op(group, num_experts: int, top_k: int, hidden: int, max_tokens_per_rank
     cache, cache_lock = entry
     with cache_lock:  # the C++ cache is one rank's and not thread-safe; see clear_op_cache
         raw = cache.get(comm, e_, h_, k_, t_, res.dispatch.value, res.combine.value, instance_,
-                        sms_, low_latency_, nodes_)
+                        sms_, low_latency_, nodes_, copy_engine_)
     with _lock:
         op = _wrappers.get(raw.uid)
         if op is None:

@@ -149,6 +149,7 @@ py::dict config_dict(const OpConfig& c) {
   out["num_sms"] = c.num_sms;
   out["low_latency"] = c.low_latency;
   out["ranks_per_node"] = c.ranks_per_node;
+  out["copy_engine"] = c.copy_engine;
   return out;
 }
 
@@ -361,7 +362,7 @@ std::shared_ptr<Op> released_without_gil(std::shared_ptr<Op> op) {
 
 OpConfig make_config(int num_experts, int hidden, int top_k, int max_tokens_per_rank,
                      const std::string& dispatch, const std::string& combine, int instance_id,
-                     int num_sms, bool low_latency, int ranks_per_node) {
+                     int num_sms, bool low_latency, int ranks_per_node, bool copy_engine) {
   OpConfig c;
   c.num_experts = num_experts;
   c.hidden = hidden;
@@ -373,6 +374,7 @@ OpConfig make_config(int num_experts, int hidden, int top_k, int max_tokens_per_
   c.num_sms = num_sms;
   c.low_latency = low_latency;
   c.ranks_per_node = ranks_per_node;
+  c.copy_engine = copy_engine;
   return c;
 }
 
@@ -498,6 +500,7 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("backend", [](const Op& op) { return to_string(op.backend()); })
       .def_property_readonly("uid", &Op::uid)
       .def_property_readonly("low_latency", [](const Op& op) { return op.config().low_latency; })
+      .def_property_readonly("copy_engine", [](const Op& op) { return op.config().copy_engine; })
       .def("dispatch", &dispatch, py::arg("x"), py::arg("topk_idx"), py::arg("topk_weights"),
            py::arg("x_scales") = py::none(), py::arg("stream") = 0, py::arg("raw_bits") = false)
       .def("combine", &combine, py::arg("handle"), py::arg("y"), py::arg("out"),
@@ -544,18 +547,18 @@ PYBIND11_MODULE(_C, m) {
           [](OpCache& cache, const std::shared_ptr<Communicator>& comm, int num_experts, int hidden,
              int top_k, int max_tokens_per_rank, const std::string& dispatch,
              const std::string& combine, int instance_id, int num_sms, bool low_latency,
-             int ranks_per_node) {
+             int ranks_per_node, bool copy_engine) {
             if (!comm) throw InvalidArgument("group is None; a communicator is required");
             const OpConfig config =
                 make_config(num_experts, hidden, top_k, max_tokens_per_rank, dispatch, combine,
-                            instance_id, num_sms, low_latency, ranks_per_node);
+                            instance_id, num_sms, low_latency, ranks_per_node, copy_engine);
             py::gil_scoped_release release;  // collective create: other ranks may be threads
             return released_without_gil(cache.get(comm, config));
           },
           py::arg("comm"), py::arg("num_experts"), py::arg("hidden"), py::arg("top_k"),
           py::arg("max_tokens_per_rank"), py::arg("dispatch_dtype"), py::arg("combine_dtype"),
           py::arg("instance_id"), py::arg("num_sms") = 0, py::arg("low_latency") = false,
-          py::arg("ranks_per_node") = 0)
+          py::arg("ranks_per_node") = 0, py::arg("copy_engine") = false)
       .def_property_readonly("size", &OpCache::size)
       .def_property_readonly("capacity", &OpCache::capacity)
       .def_property_readonly("eviction_log", &OpCache::eviction_log)

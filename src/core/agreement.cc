@@ -9,7 +9,7 @@ namespace {
 constexpr const char* kConfigFieldNames[kNumConfigFields] = {
     "world_size",     "num_experts",   "hidden",      "topk",    "max_tokens_per_rank",
     "dispatch_dtype", "combine_dtype", "instance_id", "num_sms", "low_latency",
-    "ranks_per_node"};
+    "ranks_per_node", "copy_engine"};
 
 // A field's value as a message shows it: dtype enums by name when valid.
 std::string field_text(int field, int64_t value) {
@@ -72,7 +72,8 @@ ConfigValues config_values(const OpConfig& c, int world_size) {
           c.instance_id,
           c.num_sms,
           c.low_latency ? 1 : 0,
-          c.ranks_per_node};
+          c.ranks_per_node,
+          c.copy_engine ? 1 : 0};
 }
 
 const char* config_field_name(int field) {

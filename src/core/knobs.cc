@@ -188,8 +188,10 @@ constexpr KnobDef kKnobs[] = {
         "(at most 32 SMs for normal mode)."),
     make_knob<&Knobs::copy_engine, BoolCodec>(
         "MOE_EP_COPY_ENGINE",
-        "Reserved: move bulk rows with the GPU's copy engines instead of SMs. No backend has a "
-        "copy-engine path yet, so it changes nothing, and setting it true logs a warning."),
+        "Move the rows of normal-mode dispatch and combine with the GPU's copy engines instead "
+        "of SMs: the process default for OpConfig::copy_engine (CUDA backend). Applies only to "
+        "ops in normal mode on one node; decode-mode ops, ops across nodes and the CPU backend "
+        "keep the SM path."),
 };
 
 constexpr bool same_name(const char* a, const char* b) {
@@ -294,11 +296,6 @@ Knobs Knobs::from(const EnvMap& env) {
   // variable meant for a newer version does not break an older one.
   for (const std::string& name : unknown) {
     MOE_EP_LOG(LogLevel::kWarn, unknown_variable_warning(name));
-  }
-  // Accepted so that a setting made for a later version parses, but never silently obeyed.
-  if (knobs.copy_engine) {
-    MOE_EP_LOG(LogLevel::kWarn, "MOE_EP_COPY_ENGINE=", knobs.set_variables["MOE_EP_COPY_ENGINE"],
-               " changes nothing: no backend has a copy-engine path yet, rows move through SMs");
   }
   return knobs;
 }

@@ -7,7 +7,8 @@
 //   reasons    [2 parities][W src] StepReason       why src rejected its call of that step
 //   counts     [2 parities][W src][W dst] uint64    {step << 32 | rows s -> d}
 //   experts    [2 parities][W src][E/W] uint64      {step << 32 | rows naming local e}
-//   done       [W src] uint64                       step: src's dispatch rows have landed
+//   done       [W src] uint64                       step: src's dispatch rows have landed (with
+//                                                   the copy-engine path also its combine rows)
 //   dispatch   payload [W*Tmax][payload bytes], scales [W*Tmax][scale bytes],
 //              topk_idx [W*Tmax][K] int32, topk_weights [W*Tmax][K] fp32,
 //              src_rank [W*Tmax] int32, src_token [W*Tmax] int32,

@@ -13,6 +13,7 @@
 
 #include "backends/cpu/backend.h"
 #include "core/check.h"
+#include "moe_ep/config.h"
 
 #if MOE_EP_WITH_CUDA
 #include "backends/cuda/factory.h"
@@ -95,7 +96,8 @@ bool OpConfig::operator==(const OpConfig& other) const {
          max_tokens_per_rank == other.max_tokens_per_rank &&
          dispatch_dtype == other.dispatch_dtype && combine_dtype == other.combine_dtype &&
          instance_id == other.instance_id && num_sms == other.num_sms &&
-         low_latency == other.low_latency && ranks_per_node == other.ranks_per_node;
+         low_latency == other.low_latency && ranks_per_node == other.ranks_per_node &&
+         copy_engine == other.copy_engine;
 }
 
 std::string OpConfig::describe() const {
@@ -108,6 +110,7 @@ std::string OpConfig::describe() const {
   if (num_sms != 0) os << " num_sms=" << num_sms;
   if (low_latency) os << " low_latency=1";
   if (ranks_per_node != 0) os << " ranks_per_node=" << ranks_per_node;
+  if (copy_engine) os << " copy_engine=1";
   return os.str();
 }
 
@@ -162,6 +165,24 @@ void check_config(const OpConfig& config, int world_size) {
   MOE_EP_CHECK_ARG(l == 0 || world_size % l == 0, "ranks_per_node=", l,
                    " does not divide world_size=", world_size,
                    " (every node must hold the same number of ranks)");
+
+  // The copy-engine path (docs/cuda-backend.md#the-copy-engine-path) is normal mode on one node.
+  if (config.copy_engine) {
+    MOE_EP_CHECK_ARG(!config.low_latency,
+                     "copy_engine=true with low_latency=true: the copy-engine path is normal mode "
+                     "only (decode mode's calls are captured in graphs with no host wait for the "
+                     "row counts); use copy_engine=false for a decode-mode op");
+    MOE_EP_CHECK_ARG(l == 0 || l == world_size, "copy_engine=true with ranks_per_node=", l,
+                     " < world_size=", world_size,
+                     ": the copy-engine path works on one node only (ranks_per_node=0 or ",
+                     world_size, ")");
+  }
+}
+
+bool resolve_copy_engine(const OpConfig& config, int world_size, const Knobs& knobs) {
+  if (config.copy_engine) return true;
+  const bool one_node = config.ranks_per_node == 0 || config.ranks_per_node == world_size;
+  return knobs.copy_engine && !config.low_latency && one_node;
 }
 
 std::shared_ptr<Op> create_op(const std::shared_ptr<Communicator>& comm, const OpConfig& config) {

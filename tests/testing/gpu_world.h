@@ -151,14 +151,15 @@ inline OpConfig world_test_config(int world_size, DtypePair pair) {
 }
 
 // Their inputs: rank 0 sends a full batch, rank 1 none, the others part; no slot names the last
-// rank's experts, so it receives nothing; 20% of slots masked. Seeded from test_seed() + salt.
+// rank's experts, so it receives nothing (except at world size 1, where the only rank receives
+// everything); 20% of slots masked. Seeded from test_seed() + salt.
 inline std::vector<RankInput> world_test_inputs(const OpConfig& c, int world_size, uint64_t salt,
                                                 bool prequantized = false) {
   InputSpec spec;
   spec.world_size = world_size;
   spec.config = c;
   spec.mask_prob = 0.2;
-  spec.exclude_dest = world_size - 1;
+  spec.exclude_dest = world_size > 1 ? world_size - 1 : -1;  // W = 1: no expert to pick from
   spec.prequantized = prequantized;
   std::vector<int64_t> tokens(world_size);
   // Rank 0 full, rank 1 empty, the others spread over [0, max_tokens_per_rank].

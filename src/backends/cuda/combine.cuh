@@ -23,7 +23,8 @@ inline constexpr int kCombineUnroll = Policy::kUnroll;
 // stores are visible. `begin` is a multiple of a warp step and `end - begin` a multiple of the
 // unrolled step unless `end` is the row's end, so format blocks never straddle two ranges. Used by
 // normal mode (the whole row of y) and decode mode (a slice of the weighted sum of a token's
-// expert rows). kUnroll: warp steps whose loads are in flight together.
+// expert rows). kUnroll: warp steps whose loads are in flight together. A null `dst_flag` stores
+// the range only (the copy-engine path's staging area: its copy and signal follow).
 template <typename F, int kUnroll = kCombineUnroll, typename LoadRow>
 __device__ __forceinline__ void send_combine_range(LoadRow load, int64_t begin, int64_t end,
                                                    int hidden, char* dst_row, uint64_t* dst_flag,
@@ -45,6 +46,7 @@ __device__ __forceinline__ void send_combine_range(LoadRow load, int64_t begin, 
       if (elem < end) store_lane<F>(dst_row, dst_row + payload_bytes, elem, word, params);
     }
   }
+  if (dst_flag == nullptr) return;
   // Every lane's stores of the range are visible system-wide before lane 0 flags it ready.
   __threadfence_system();
   __syncwarp();
@@ -126,17 +128,26 @@ struct OwnRowOfY {
   __device__ uint4 operator()(int64_t elem) const { return load_lane(row, elem, hidden); }
 };
 
+// Where rank r's row of token t lies among r's combine rows: at the token's index
+// (reduce_combine_range's default). The copy-engine path passes the token's position among this
+// rank's tokens sent to r instead (its rows from r are contiguous, copy_engine.cuh).
+struct SameTokenRow {
+  __device__ int64_t operator()(int, int64_t t) const { return t; }
+};
+
 // Receiver role for elements [begin, end) of token t, whose rows come from the ranks in `mask`;
-// `flag_offset(r)` is where rank r's ready flag for that range lives in this rank's buffer.
+// `flag_offset(r)` is where rank r's ready flag for that range lives in this rank's buffer, and
+// `row_of(r, t)` the row of rank r's combine rows that holds the token's.
 // With an OwnRow whose kInPlace is true, this rank's own row is not read back from the buffer (it
 // was never sent): own(elem) gives its values, encoded and decoded here, the same bits the buffer
 // would have held, added at this rank's place in the order; OwnRow::kUnroll warp steps at a time.
 // Returns false when a wait gave up (timeout or another error).
-template <typename F, typename FlagOffset, typename OwnRow = NoOwnRow>
+template <typename F, typename FlagOffset, typename OwnRow = NoOwnRow,
+          typename RowOf = SameTokenRow>
 __device__ __forceinline__ bool reduce_combine_range(const ReduceArgs& a, int64_t t, uint64_t mask,
                                                      int64_t begin, int64_t end,
                                                      FlagOffset flag_offset, int lane,
-                                                     OwnRow own = {}) {
+                                                     OwnRow own = {}, RowOf row_of = {}) {
   const int hidden = a.hidden;
   const int64_t payload_bytes = formats::payload_bytes_of<F>(hidden);
   constexpr int kU = OwnRow::kUnroll;
@@ -163,8 +174,8 @@ __device__ __forceinline__ bool reduce_combine_range(const ReduceArgs& a, int64_
           continue;
         }
       }
-      add_row_steps<F, kU>(a.self + a.layout.combine_row_offset(r, t), payload_bytes, base, end,
-                           lane, acc);
+      add_row_steps<F, kU>(a.self + a.layout.combine_row_offset(r, row_of(r, t)), payload_bytes,
+                           base, end, lane, acc);
     }
 #pragma unroll
     for (int u = 0; u < kU; ++u) {

@@ -181,8 +181,14 @@ std::shared_ptr<CudaComm> cuda_comm_of(const std::shared_ptr<Communicator>& comm
   return cuda;
 }
 
-std::shared_ptr<Op> create_op(const std::shared_ptr<Communicator>& comm, const OpConfig& config) {
+std::shared_ptr<Op> create_op(const std::shared_ptr<Communicator>& comm,
+                              const OpConfig& requested) {
   const std::shared_ptr<CudaComm> cuda = cuda_comm_of(comm);
+  // MOE_EP_COPY_ENGINE is applied before the agreement, like the other environment defaults
+  // that change the protocol would have to be: ranks whose environments differ do not pair and
+  // fail naming copy_engine. The op reports the path it takes (config().copy_engine).
+  OpConfig config = requested;
+  config.copy_engine = resolve_copy_engine(requested, cuda->size());
   const ConfigValues values = config_values(config, cuda->size());
   std::string rejection;
   int num_sms = 0;

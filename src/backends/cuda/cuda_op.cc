@@ -96,10 +96,25 @@ CudaOp::CudaOp(std::shared_ptr<CudaComm> comm, const OpConfig& config, int num_s
     staged_rows_.assign(remote, 0);
     forwarded_rows_host_.assign(remote, 0);
   }
+  if (config.copy_engine) {  // normal mode on one node (check_config)
+    ce_stage_ = DeviceArray<char>(device_, static_cast<size_t>(layout_.recv_fwd_row_offset(0)));
+    ce_stage_offset_ = DeviceArray<int32_t>(device_, world_size_);
+    ce_combine_from_y_ = config.combine_dtype == CombineDtype::bf16 &&
+                         layout_.combine_row_bytes == 2 * static_cast<int64_t>(config.hidden);
+    if (!ce_combine_from_y_) {
+      ce_combine_stage_ = DeviceArray<char>(
+          device_, static_cast<size_t>(layout_.max_recv_rows() * layout_.combine_row_bytes));
+    }
+    ce_recv_count_.assign(world_size_, 0);
+  }
   buffer_ = comm_->allocate(static_cast<size_t>(layout_.total_bytes()));
   MOE_EP_LOG(LogLevel::kInfo, "cuda op uid ", uid_, " rank ", rank_, "/", world_size_, ": ",
              num_sms_, " SMs (", data_blocks_, " data blocks), buffer ", layout_.total_bytes(),
-             " bytes; ", describe_policy());
+             " bytes; ", describe_policy(),
+             config.copy_engine
+                 ? detail::concat("; copy engine: staging ",
+                                  ce_stage_.bytes() + ce_combine_stage_.bytes(), " bytes")
+                 : std::string());
 }
 
 std::string CudaOp::describe_peers() const {
@@ -171,6 +186,12 @@ void CudaOp::publish() {
     for (int r = 0; r < world_size_; ++r) {
       if (!nodes_.same_node(r)) peers_.base[r] = nullptr;
     }
+  }
+  // Copy-engine path: dispatch's pack stores other ranks' rows into the staging area, its own
+  // into its buffer (NotifyParams::ce_stage_offset gives the rows).
+  if (config_.copy_engine) {
+    for (int r = 0; r < world_size_; ++r) ce_pack_peers_.base[r] = ce_stage_.get();
+    ce_pack_peers_.base[rank_] = buffer_->local();
   }
   // At debug level, the peer table every kernel of this op will use: one line per rank, so the
   // tables of all ranks can be compared when a wait on a peer's word never ends (a timeout logs
@@ -311,6 +332,10 @@ DispatchResult CudaOp::dispatch(const DispatchArgs& args) {
                       sink};
       np.nodes = nodes_;
       np.remote_experts = remote_experts_.get();
+      if (config_.copy_engine) {
+        np.ce_counts = &host_.device()->ce;
+        np.ce_stage_offset = ce_stage_offset_.get();
+      }
       if (!nodes_.several()) {
         MOE_EP_CUDA_CHECK(launch_notify(np, num_sms_ * Policy::kNotifyBlocksPerSm, stream));
       } else {
@@ -346,8 +371,26 @@ DispatchResult CudaOp::dispatch(const DispatchArgs& args) {
                         node_pos_.get(),
                         stage_out_.get(),
                         stage_layout_};
-      MOE_EP_CUDA_CHECK(launch_dispatch(config_.dispatch_dtype, prequantized, dp, data_blocks_,
-                                        stream, /*with_wait=*/!nodes_.several()));
+      if (config_.copy_engine) {
+        // Pack into the staging area (own rows in place), then, once the host knows the counts
+        // and that the step and notify passed on this rank, the copies, the done words and the
+        // wait for every source's. A failed call queues no copy (docs/cuda-backend.md).
+        DispatchParams pack = dp;
+        pack.peers = ce_pack_peers_;
+        pack.send_offset = ce_stage_offset_.get();
+        pack.copy_engine = true;
+        MOE_EP_CUDA_CHECK(launch_dispatch(config_.dispatch_dtype, prequantized, pack, data_blocks_,
+                                          stream, /*with_wait=*/false));
+        host_wait(notified_.get(), "dispatch");
+        if (device_clear()) {
+          ce_dispatch_copies(stream);
+          ce_signal(world_size_ >= 64 ? ~uint64_t{0} : (uint64_t{1} << world_size_) - 1, stream);
+          MOE_EP_CUDA_CHECK(launch_dispatch_wait(dp, stream));
+        }
+      } else {
+        MOE_EP_CUDA_CHECK(launch_dispatch(config_.dispatch_dtype, prequantized, dp, data_blocks_,
+                                          stream, /*with_wait=*/!nodes_.several()));
+      }
       if (nodes_.several()) forward_staged_rows(dp, stream);
     }
     end_call(stream);
@@ -362,6 +405,17 @@ DispatchResult CudaOp::dispatch(const DispatchArgs& args) {
   if (num_recv < 0 || num_recv > layout_.max_recv_rows()) {
     poison_and_throw(Internal(detail::concat("dispatch: notify produced num_recv=", num_recv,
                                              " outside [0, ", layout_.max_recv_rows(), "]")));
+  }
+  if (config_.copy_engine) {  // combine's copies are sized by these
+    int64_t total = 0;
+    for (int src = 0; src < world_size_; ++src) {
+      ce_recv_count_[src] = host_.host()->ce.recv_count[src];
+      total += ce_recv_count_[src];
+    }
+    if (total != num_recv) {
+      poison_and_throw(Internal(detail::concat("dispatch: notify's rows per source sum to ", total,
+                                               ", not num_recv=", num_recv)));
+    }
   }
   latest_ = Handle{uid_, verdict.call, num_tokens, num_recv};
   combined_ = false;
@@ -396,6 +450,10 @@ void CudaOp::combine(const Handle& handle, const TensorView& y, const TensorView
   });
   const bool accepted = verdict.error.empty();
   auto stream = static_cast<cudaStream_t>(stream_arg);
+  if (config_.copy_engine) {
+    combine_copy_engine(handle, y, out, verdict, stream);
+    return;
+  }
   try {
     if (have_call_) MOE_EP_CUDA_CHECK(cudaStreamWaitEvent(stream, call_done_.get(), 0));
     begin_step(stream, verdict);

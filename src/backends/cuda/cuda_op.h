@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "backends/cuda/cuda_comm.h"
 #include "backends/cuda/launch.h"
@@ -58,6 +59,8 @@ class CudaOp final : public OpBase {
     // rail peers staged for this node, by remote node slot [N - 1].
     int32_t node_staged[Policy::kMaxPeers];
     int32_t node_forwarded[Policy::kMaxPeers];
+    // Copy-engine path: notify's counts, for the sizes of the host's copies.
+    CopyEngineCounts ce;
   };
 
   RankInfo rank_info() const;
@@ -105,6 +108,21 @@ class CudaOp final : public OpBase {
   // the caller aborts the NCCL communicator).
   void wait_bounded(cudaEvent_t event, const char* what);
   NodeParams node_params() const;
+  // True when this rank's device error record is clear, read after a host wait on an event of
+  // the current call: its step (and notify) passed, so the copies of the copy-engine path may
+  // go. Every rank of a passed step sees it pass.
+  bool device_clear() const;
+  // Copy-engine path (docs/cuda-backend.md#the-copy-engine-path), after the host learned the
+  // counts: dispatch's copies of the staged rows, field by field, into every other rank's receive
+  // rows; combine's copy of each source's rows (staged, or for bf16 straight from y) into its
+  // slot of that source's combine rows. Then the done word in every receiver (ce_signal_kernel).
+  void ce_dispatch_copies(cudaStream_t stream);
+  void ce_combine_copies(const uint16_t* y, cudaStream_t stream);
+  void ce_signal(uint64_t mask, cudaStream_t stream);
+  // Combine with the copy-engine path: encode (not bf16), step, a host wait for the step, then
+  // the copies, the done words and the reduce; a failed step is raised here, before any copy.
+  void combine_copy_engine(const Handle& handle, const TensorView& y, const TensorView& out,
+                           const StepVerdict& verdict, cudaStream_t stream);
   // Raises what the device reported for the call that ended (or an earlier asynchronous one):
   // calls out of step (InvalidUsage), this rank's own rejection, a peer's rejection
   // (InvalidArgument; the op stays usable), or a timeout (poisons). `mine` is this rank's
@@ -183,6 +201,15 @@ class CudaOp final : public OpBase {
   // The transfers of the latest dispatch that moved data, by remote node slot: what this rank
   // staged (its partials come back in the same numbers) and what it forwarded.
   std::vector<int32_t> staged_rows_, forwarded_rows_host_;
+  // Copy-engine path, allocated only with OpConfig::copy_engine. The dispatch staging area has the
+  // layout of the receive rows (payload .. source token): rows [d * Tmax, d * Tmax + n) of each
+  // field hold this rank's n rows for rank d, so each field's rows for d are one copy.
+  DeviceArray<char> ce_stage_;            // [offset of kFwdRow] bytes, mirrors the receive rows
+  DeviceArray<int32_t> ce_stage_offset_;  // [W] NotifyParams::ce_stage_offset
+  DeviceArray<char> ce_combine_stage_;    // [W * Tmax, combine row bytes]; not for bf16
+  PeerTable ce_pack_peers_{};             // the staging area for others, the buffer for itself
+  std::vector<int32_t> ce_recv_count_;    // rows from each source in the latest dispatch
+  bool ce_combine_from_y_ = false;        // bf16 combine: rows are copied straight from y
   // Decode mode, allocated only with OpConfig::low_latency.
   DeviceArray<LowLatencyState> ll_state_;  // [1]
   DeviceArray<unsigned int> ll_tickets_;   // [3]

@@ -216,6 +216,9 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
       }
     }
   }
+  // Copy-engine path: the rows are in the staging area (and this rank's own in place); the
+  // host's copies and then ce_signal_kernel release the done words (copy_engine.cuh).
+  if (p.copy_engine) return;
   // This rank's done word in its node's ranks (every rank with one node); the other nodes' ranks
   // get it from their forwarder (nodes.cuh).
   signal_when_grid_done(p.block_counter, p.peers.base + p.nodes.first_rank(), p.nodes.node_size,

@@ -85,6 +85,14 @@ struct ValidateParams {
   uint64_t* started_ns = nullptr;  // [1] when the scan began (global timer), for timeout reports
 };
 
+// The copy-engine path (OpConfig::copy_engine, copy_engine.cuh): what the host needs to size
+// its copies, written by notify into mapped host memory.
+struct CopyEngineCounts {
+  int32_t send_count[Policy::kMaxPeers];   // rows this rank sends to d
+  int32_t send_offset[Policy::kMaxPeers];  // where they start in d's receive rows
+  int32_t recv_count[Policy::kMaxPeers];   // rows this rank receives from s
+};
+
 // Counts exchange: per destination position of every token, send offsets, receive totals.
 struct NotifyParams {
   RankInfo info;
@@ -107,6 +115,11 @@ struct NotifyParams {
   NodeInfo nodes;
   int32_t phase = 0;                   // NotifyPhase
   uint64_t* remote_experts = nullptr;  // [W, E/W] words for other nodes' ranks
+  // Copy-engine path (null otherwise): the counts for the host's copies (mapped host memory), and
+  // where the pack kernel puts this rank's rows for each destination d: row d * max_tokens of the
+  // staging area for d != rank, its own receive row send_offset[rank] for itself ([W], device).
+  CopyEngineCounts* ce_counts = nullptr;
+  int32_t* ce_stage_offset = nullptr;
 };
 enum NotifyPhase : int32_t {
   kNotifyAll = 0,
@@ -147,6 +160,10 @@ struct DispatchParams {
   const int32_t* node_pos;  // [N, max_tokens] (NodePositionsParams)
   char* stage;              // [N - 1, max_tokens, stage.stride], by remote node slot
   StageLayout stage_layout;
+  // Copy-engine path: the launch packs (peers and send_offset then name the staging area and
+  // NotifyParams::ce_stage_offset) and releases no done word; the host's copies and
+  // ce_signal_kernel do (copy_engine.cuh).
+  bool copy_engine = false;
 };
 
 // Several nodes: the forwarder's side. rows_in[m] staged rows arrived from the rail peer on
@@ -195,6 +212,20 @@ struct CombineParams {
   // send_offset of the matching dispatch); the combine then sums this rank's own rows in place.
   // Null: every row is sent (several nodes).
   const int32_t* send_offset = nullptr;
+  // Copy-engine path: [R, combine row bytes], where ce_combine_pack_kernel encodes the rows of y
+  // bound for other ranks, at their received row index (copy_engine.cuh).
+  char* ce_stage = nullptr;
+};
+
+// Copy-engine path: thread q release-stores `value` at byte `offset` of rank q's buffer for every
+// q in `mask`, once the copies queued before it on the stream have completed (copy_engine.cuh).
+struct CopyEngineSignalParams {
+  PeerTable peers;
+  int32_t world_size;
+  uint64_t mask;
+  int64_t offset;
+  uint64_t value;
+  ErrorSink err;
 };
 
 // The creation rendezvous over a communicator's control area (cuda_comm.h): thread q stores this
@@ -311,6 +342,15 @@ cudaError_t launch_node_reduce(CombineDtype dtype, const NodeParams& p, int num_
 // the waits (combine.cuh), so whatever subset of the grid is resident finishes it.
 cudaError_t launch_combine(CombineDtype dtype, const CombineParams& p, int num_blocks,
                            cudaStream_t stream);
+// Copy-engine path (copy_engine.cu): the done words after the copies; combine's encode of the rows
+// of y into the staging area (not for bf16, whose rows are copied from y); combine's reduce, which
+// waits for each source's done word instead of per-row flags. No kernel of them waits for
+// another warp of its grid, so any number of blocks is safe.
+cudaError_t launch_ce_signal(const CopyEngineSignalParams& p, cudaStream_t stream);
+cudaError_t launch_ce_combine_pack(CombineDtype dtype, const CombineParams& p, int num_blocks,
+                                   cudaStream_t stream);
+cudaError_t launch_ce_reduce(CombineDtype dtype, const CombineParams& p, int num_blocks,
+                             cudaStream_t stream);
 cudaError_t launch_create_rendezvous(const CreateParams& p, cudaStream_t stream);
 // Decode mode: the step kernel, then send + expand (dispatch) or combine, all inside the budget.
 // With overlap hooks the dispatch's send part launches the send kernel and its receive part the
@@ -364,6 +404,7 @@ cudaError_t preload_agreement_kernels();
 cudaError_t preload_notify_kernels();
 cudaError_t preload_dispatch_kernels();
 cudaError_t preload_combine_kernels();
+cudaError_t preload_copy_engine_kernels();
 cudaError_t preload_node_kernels();
 cudaError_t preload_ll_kernels();
 cudaError_t preload_symmetric_kernels();

@@ -150,6 +150,13 @@ __device__ void notify_receive(const NotifyParams& p, int* counts /* [W*W] */) {
     int offset = 0;
     for (int src = 0; src < info.rank; ++src) offset += counts[src * world + dst];
     p.send_offset[dst] = offset;
+    if (p.ce_counts != nullptr) {  // copy-engine path: sizes for the host's copies
+      p.ce_counts->send_count[dst] = counts[info.rank * world + dst];
+      p.ce_counts->send_offset[dst] = offset;
+      p.ce_counts->recv_count[dst] = counts[dst * world + info.rank];  // from source dst
+      p.ce_stage_offset[dst] =
+          dst == info.rank ? offset : dst * info.max_tokens;  // own rows land in place
+    }
   }
   if (threadIdx.x == 0) {
     int64_t num_recv = 0;

@@ -22,6 +22,7 @@ void preload_kernels(int device) {
   MOE_EP_CUDA_CHECK(preload_notify_kernels());
   MOE_EP_CUDA_CHECK(preload_dispatch_kernels());
   MOE_EP_CUDA_CHECK(preload_combine_kernels());
+  MOE_EP_CUDA_CHECK(preload_copy_engine_kernels());
   MOE_EP_CUDA_CHECK(preload_node_kernels());
   MOE_EP_CUDA_CHECK(preload_ll_kernels());
   MOE_EP_CUDA_CHECK(preload_symmetric_kernels());
