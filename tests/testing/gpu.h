@@ -7,7 +7,10 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <functional>
 #include <map>
 #include <memory>
@@ -49,6 +52,41 @@ namespace moe_ep::testing {
 inline constexpr int kStreamPool = 24;
 inline constexpr int kPooledRanks = 8;
 inline thread_local int test_rank = -1;  // set by the single-GPU world's runner (gpu_world.h)
+
+// Where a rank's host thread has been, for the single-GPU world's stall (docs/perf-notes.md, open
+// leads): a rank's first launch of a call has come 30 s late from its host, so the world's runner
+// prints every rank's trace when a rank fails, naming the test call each host thread sat in. The
+// times are the system clock's, in ns, as in the library's timeout lines ("launched at").
+struct HostTrace {
+  std::vector<std::pair<const char*, int64_t>> marks;
+};
+inline thread_local HostTrace* host_trace = nullptr;  // set by the runner for its rank threads
+
+inline void trace(const char* what) {
+  if (host_trace == nullptr) return;
+  host_trace->marks.emplace_back(what, std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                           std::chrono::system_clock::now().time_since_epoch())
+                                           .count());
+}
+
+// Every rank's last `last` marks, times in ms after the earliest mark of any rank.
+inline void print_host_traces(const std::vector<HostTrace>& traces, size_t last = 12) {
+  int64_t t0 = INT64_MAX;
+  for (const HostTrace& t : traces) {
+    for (const auto& m : t.marks) t0 = std::min(t0, m.second);
+  }
+  for (size_t r = 0; r < traces.size(); ++r) {
+    const auto& marks = traces[r].marks;
+    std::string line = "[moe-ep tests] rank " + std::to_string(r) + " host trace (ms):";
+    for (size_t i = marks.size() > last ? marks.size() - last : 0; i < marks.size(); ++i) {
+      char item[96];
+      std::snprintf(item, sizeof(item), " %s@%.3f", marks[i].first,
+                    static_cast<double>(marks[i].second - t0) / 1e6);
+      line += item;
+    }
+    std::printf("%s (t0 = %lld ns)\n", line.c_str(), static_cast<long long>(t0));
+  }
+}
 
 inline cudaStream_t pooled_stream(int device, int index) {
   static std::mutex mu;
@@ -102,8 +140,10 @@ struct DeviceBuffer {
   static DeviceBuffer of_bytes(size_t bytes) {
     void* p = nullptr;
     cudaStream_t stream = test_alloc_stream();
+    trace("alloc");
     MOE_EP_CUDA_CHECK(cudaMallocAsync(&p, bytes == 0 ? 16 : bytes, stream));
     MOE_EP_CUDA_CHECK(cudaStreamSynchronize(stream));
+    trace("allocated");
     // Freed on the stream it was made on (pooled: it outlives every buffer).
     return {std::shared_ptr<void>(p, [stream](void* q) { cudaFreeAsync(q, stream); })};
   }
@@ -114,6 +154,7 @@ struct DeviceBuffer {
       MOE_EP_CUDA_CHECK(cudaMemcpyAsync(b.ptr.get(), host.data(), host.size() * sizeof(T),
                                         cudaMemcpyHostToDevice, test_alloc_stream()));
       MOE_EP_CUDA_CHECK(cudaStreamSynchronize(test_alloc_stream()));
+      trace("uploaded");
     }
     return b;
   }
@@ -149,6 +190,7 @@ struct DeviceInput {
 inline void device_to_host(void* dst, const void* src, size_t n) {
   MOE_EP_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, test_alloc_stream()));
   MOE_EP_CUDA_CHECK(cudaStreamSynchronize(test_alloc_stream()));
+  trace("downloaded");
 }
 
 template <typename T>

@@ -48,7 +48,10 @@ std::shared_ptr<T> keep(std::shared_ptr<T> p) {
 }
 
 inline std::shared_ptr<Op> kept_op(const std::shared_ptr<Communicator>& comm, const OpConfig& c) {
-  return keep(create_op(comm, c));
+  trace("create_op");
+  std::shared_ptr<Op> op = keep(create_op(comm, c));
+  trace("created");
+  return op;
 }
 
 // True when a GPU is visible; GPU tests skip (visibly) otherwise.
@@ -78,12 +81,14 @@ inline std::vector<RankOutcome> run_world_outcomes(
     const std::function<void(int, const std::shared_ptr<Communicator>&)>& fn) {
   std::vector<RankOutcome> outcomes(comms.size());
   std::vector<std::vector<std::shared_ptr<void>>> kept(comms.size());  // see kept_op
+  std::vector<HostTrace> traces(comms.size());
   test_stream_of(0);  // the stream pool set up before any rank runs (testing/gpu.h)
   std::vector<std::thread> threads;
   for (size_t r = 0; r < comms.size(); ++r) {
     threads.emplace_back([&, r] {
       RankOutcome& o = outcomes[r];
       kept_by_this_rank = &kept[r];
+      host_trace = &traces[r];
       test_rank = static_cast<int>(r);
       try {
         MOE_EP_CUDA_CHECK(cudaSetDevice(0));
@@ -97,6 +102,9 @@ inline std::vector<RankOutcome> run_world_outcomes(
   }
   for (auto& t : threads) t.join();
   kept.clear();  // every rank is done: the kept ops go now
+  bool any_threw = false;
+  for (const RankOutcome& o : outcomes) any_threw = any_threw || o.threw;
+  if (any_threw) print_host_traces(traces);
   return outcomes;
 }
 
@@ -186,8 +194,11 @@ inline void gpu_round(Op& op, int rank, int world_size, RoundResult& res, RoundS
   DeviceInput input(in, device);
   DispatchArgs args = input.view;
   args.stream = streams.dispatch;
+  trace("dispatch");
   const DispatchResult d = op.dispatch(args);
+  trace("dispatched");
   MOE_EP_CUDA_CHECK(cudaStreamSynchronize(streams.dispatch));
+  trace("dispatch synced");
   res.received[rank] = download_outputs(d);
   res.handles[rank] = d.handle;
   res.op_uids[rank] = op.uid();
@@ -196,13 +207,16 @@ inline void gpu_round(Op& op, int rank, int world_size, RoundResult& res, RoundS
   // Poison the output with 0xffff (a NaN) so that untouched rows are caught.
   DeviceBuffer out_dev =
       DeviceBuffer::copy_of(std::vector<uint16_t>(in.num_tokens * c.hidden, 0xffff));
+  trace("combine");
   op.combine(d.handle,
              TensorView::matrix(y_dev.ptr.get(), ScalarType::kBFloat16, d.num_recv, c.hidden,
                                 DeviceType::kCuda, device),
              TensorView::matrix(out_dev.ptr.get(), ScalarType::kBFloat16, in.num_tokens, c.hidden,
                                 DeviceType::kCuda, device),
              streams.combine);
+  trace("combined");
   op.synchronize(streams.combine);
+  trace("combine synced");
   res.out[rank].assign(in.num_tokens * c.hidden, 0);
   if (!res.out[rank].empty()) {
     device_to_host(res.out[rank].data(), out_dev.ptr.get(), res.out[rank].size() * 2);
