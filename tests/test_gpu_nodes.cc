@@ -16,6 +16,7 @@
 
 #include "testing/gpu_world.h"
 #include "testing/ranks.h"
+#include "testing/rejected_calls.h"
 
 namespace moe_ep {
 namespace {
@@ -127,79 +128,14 @@ TEST(GpuNodesDomains, NodesLargerThanADomainAreRefusedOnEveryRank) {
   check_round(good, n.world_size, rounds[0]);
 }
 
-// W = 4 as 2 x 2. Round 1: rank 1's topk_idx names an expert out of range, which its data scan
-// rejects after its host accepted: every rank's dispatch fails (the others name rank 1). Then a
-// good dispatch, whose combine rank 2 calls with an `out` of the wrong shape: every rank's
-// combine fails. Then the same dispatch combined properly, and a fresh round: both exact.
+// W = 4 as 2 x 2: rejected calls fail every rank together and leave the op usable (the rounds
+// of testing/rejected_calls.h).
 TEST(GpuNodesErrors, RejectedDispatchAndCombineFailEveryRankAndTheOpStaysUsable) {
   if (!testing::have_gpu()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
   const Nodes n{4, 2};
-  const OpConfig c = nodes_config(n, {DispatchDtype::fp8, CombineDtype::fp8});
-  std::vector<RankInput> bad = world_test_inputs(c, n.world_size, 3);
-  ASSERT_GT(bad[2].num_tokens, 0);
-  bad[2].topk_idx[1] = c.num_experts;  // token 0, slot 1 of rank 2
-  std::vector<RoundResult> rounds = testing::make_round_results(
-      n.world_size, {world_test_inputs(c, n.world_size, 4), world_test_inputs(c, n.world_size, 5)});
-  std::vector<testing::RankOutcome> dispatch_error(n.world_size), combine_error(n.world_size);
-  auto comms = make_single_gpu_world(n.world_size);
-  testing::run_world(comms, [&](int rank, const std::shared_ptr<Communicator>& comm) {
-    auto op = testing::kept_op(comm, c);
-    TestStream stream;
-    testing::DeviceInput in_bad(bad[rank], 0);
-    DispatchArgs args = in_bad.view;
-    args.stream = stream.s;
-    dispatch_error[rank] = testing::outcome_of([&] { op->dispatch(args); });
-    // A good dispatch, a combine that rank 2 rejects, then the proper round.
-    RoundResult& res = rounds[0];
-    testing::DeviceInput in(res.inputs[rank], 0);
-    DispatchArgs good = in.view;
-    good.stream = stream.s;
-    const DispatchResult d = op->dispatch(good);
-    MOE_EP_CUDA_CHECK(cudaStreamSynchronize(stream.s));
-    const int64_t tokens = res.inputs[rank].num_tokens;
-    testing::DeviceBuffer y = testing::DeviceBuffer::copy_of(
-        std::vector<uint16_t>(static_cast<size_t>(d.num_recv + 1) * c.hidden, 0));
-    testing::DeviceBuffer out = testing::DeviceBuffer::copy_of(
-        std::vector<uint16_t>(static_cast<size_t>(tokens + 1) * c.hidden, 0));
-    // Combine of the good dispatch from y into out (out_rows rows), then synchronize.
-    const auto combine = [&](const testing::DeviceBuffer& y_rows,
-                             const testing::DeviceBuffer& out_rows_buffer, int64_t out_rows) {
-      op->combine(d.handle,
-                  TensorView::matrix(y_rows.ptr.get(), ScalarType::kBFloat16, d.num_recv, c.hidden,
-                                     DeviceType::kCuda, 0),
-                  TensorView::matrix(out_rows_buffer.ptr.get(), ScalarType::kBFloat16, out_rows,
-                                     c.hidden, DeviceType::kCuda, 0),
-                  stream.s);
-      op->synchronize(stream.s);
-    };
-    combine_error[rank] =
-        testing::outcome_of([&] { combine(y, out, rank == 2 ? tokens + 1 : tokens); });
-    // The op is usable: the same dispatch's combine, through the harness, then a fresh round.
-    res.received[rank] = testing::download_outputs(d);
-    res.handles[rank] = d.handle;
-    res.op_uids[rank] = op->uid();
-    const std::vector<uint16_t> expert =
-        testing::identity_expert(res.received[rank], c, n.world_size);
-    testing::DeviceBuffer y_good = testing::DeviceBuffer::copy_of(expert);
-    testing::DeviceBuffer out_good = testing::DeviceBuffer::copy_of(
-        std::vector<uint16_t>(static_cast<size_t>(tokens) * c.hidden, 0xffff));
-    combine(y_good, out_good, tokens);
-    res.out[rank].assign(static_cast<size_t>(tokens) * c.hidden, 0);
-    if (tokens > 0)
-      testing::device_to_host(res.out[rank].data(), out_good.ptr.get(), res.out[rank].size() * 2);
-    testing::gpu_round(*op, rank, n.world_size, rounds[1], {stream.s, stream.s});
-  });
-  for (int r = 0; r < n.world_size; ++r) {
-    testing::expect_error(dispatch_error[r], ErrorCode::kInvalidArgument,
-                          {r == 2 ? "topk_idx[0][1]=" + std::to_string(c.num_experts)
-                                  : std::string("rank 2 rejected")},
-                          r);
-    testing::expect_error(combine_error[r], ErrorCode::kInvalidArgument,
-                          {r == 2 ? std::string("out") : std::string("rank 2 rejected")}, r);
-  }
-  // The failed dispatch took no call number: the good ones are calls 1 and 2.
-  check_round(c, n.world_size, rounds[0], 1);
-  check_round(c, n.world_size, rounds[1], 2);
+  testing::expect_rejected_calls_leave_the_op_usable(
+      nodes_config(n, {DispatchDtype::fp8, CombineDtype::fp8}), n.world_size,
+      make_single_gpu_world(n.world_size));
 }
 
 }  // namespace
