@@ -208,6 +208,24 @@ void parallel_for(int64_t n, Fn fn) {
   for (std::thread& th : pool) th.join();
 }
 
+// Encodes every swept block of background `bg` (32 elements) on the host's cores with the trait:
+// fn(worker, b, codes, word) for block b, worker in [0, 16) a slot of the caller's per-worker tallies.
+template <typename Fn>
+void for_each_swept_block_on_host(const uint16_t* bg, int64_t num_blocks, Fn fn) {
+  std::atomic<int> slot{0};
+  parallel_for(num_blocks, [&](int64_t begin, int64_t end) {
+    const int me = slot++;
+    uint16_t x[32];
+    uint8_t codes[32];
+    uint16_t word = 0;
+    for (int64_t b = begin; b < end; ++b) {
+      for (int i = 0; i < 32; ++i) x[i] = sweep_elem(bg, b, i);
+      encode_row<I8>(x, 32, codes, &word);
+      fn(me, b, codes, word);
+    }
+  });
+}
+
 // Every bf16 value at every position of a block over each background, encoded on the device by
 // `kPath`, against encode_row of the scalar trait on the host.
 template <Path kPath>
@@ -234,21 +252,14 @@ void expect_sweep_equals_scalar() {
         cudaSuccess);
     std::vector<int64_t> first_bad(16, -1);
     std::vector<int64_t> e3m4(16, 0);
-    std::atomic<int> slot{0};
-    parallel_for(kBlocks, [&](int64_t begin, int64_t end) {
-      const int me = slot++;
-      uint16_t x[32];
-      uint8_t want_codes[32];
-      uint16_t want_word = 0;
-      for (int64_t b = begin; b < end; ++b) {
-        for (int i = 0; i < 32; ++i) x[i] = sweep_elem(&bg[g * 32], b, i);
-        encode_row<I8>(x, 32, want_codes, &want_word);
-        e3m4[me] += I8::is_e3m4(want_word);
-        if (want_word != words[b] || !std::equal(want_codes, want_codes + 32, &codes[b * 32])) {
-          if (first_bad[me] < 0) first_bad[me] = b;
-        }
-      }
-    });
+    for_each_swept_block_on_host(
+        &bg[g * 32], kBlocks,
+        [&](int me, int64_t b, const uint8_t* want_codes, uint16_t want_word) {
+          e3m4[me] += I8::is_e3m4(want_word);
+          if (want_word != words[b] || !std::equal(want_codes, want_codes + 32, &codes[b * 32])) {
+            if (first_bad[me] < 0) first_bad[me] = b;
+          }
+        });
     for (int k = 0; k < 16; ++k) {
       e3m4_blocks += e3m4[k];
       if (first_bad[k] < 0) continue;
@@ -305,23 +316,15 @@ void expect_round_trip_equals_scalar(const char* what) {
     ASSERT_EQ(cudaMemcpy(out.data(), d_out, out.size() * sizeof(float), cudaMemcpyDeviceToHost),
               cudaSuccess);
     std::vector<int64_t> first_bad(16, -1);
-    std::atomic<int> slot{0};
-    parallel_for(kBlocks, [&](int64_t begin, int64_t end) {
-      const int me = slot++;
-      uint16_t x[32];
-      uint8_t codes[32];
-      uint16_t word = 0;
-      for (int64_t b = begin; b < end; ++b) {
-        for (int i = 0; i < 32; ++i) x[i] = sweep_elem(&bg[g * 32], b, i);
-        encode_row<I8>(x, 32, codes, &word);
-        for (int i = 0; i < 32; ++i) {
-          const float want = start_acc(b * 32 + i) + I8::decode(codes[i], word);
-          const float got = out[b * 32 + i];
-          const bool same = (is_nan(want) && is_nan(got)) || float_bits(want) == float_bits(got);
-          if (!same && first_bad[me] < 0) first_bad[me] = b * 32 + i;
-        }
-      }
-    });
+    for_each_swept_block_on_host(
+        &bg[g * 32], kBlocks, [&](int me, int64_t b, const uint8_t* codes, uint16_t word) {
+          for (int i = 0; i < 32; ++i) {
+            const float want = start_acc(b * 32 + i) + I8::decode(codes[i], word);
+            const float got = out[b * 32 + i];
+            const bool same = (is_nan(want) && is_nan(got)) || float_bits(want) == float_bits(got);
+            if (!same && first_bad[me] < 0) first_bad[me] = b * 32 + i;
+          }
+        });
     compared += kBlocks * 32;
     for (int k = 0; k < 16; ++k) {
       if (first_bad[k] < 0) continue;
