@@ -38,31 +38,22 @@ OpConfig ce_config(int world_size, DtypePair pair) {
   return c;
 }
 
+// The op of every rank took the path its configuration asked for.
+void expect_path_of(const OpConfig& c, int rank, const Op& op) {
+  EXPECT_EQ(op.config().copy_engine, c.copy_engine) << "rank " << rank;
+}
+
 // Runs `rounds` on one op per rank of a fresh world, each round through testing::gpu_round
-// (dispatch, the reference's identity expert, combine; outputs downloaded).
+// (dispatch, the reference's identity expert, combine; outputs downloaded); the second round
+// combines on another stream than it dispatched on.
 void run_rounds(int world_size, const OpConfig& c, std::vector<RoundResult>& rounds) {
-  auto comms = make_single_gpu_world(world_size);
-  testing::run_world(comms, [&](int rank, const std::shared_ptr<Communicator>& comm) {
-    auto op = testing::kept_op(comm, c);
-    EXPECT_EQ(op->config().copy_engine, c.copy_engine) << "rank " << rank;
-    TestStream dispatch_stream, combine_stream;
-    for (size_t i = 0; i < rounds.size(); ++i) {
-      // The second round combines on another stream than it dispatched on.
-      const cudaStream_t combine = i % 2 == 0 ? dispatch_stream.s : combine_stream.s;
-      testing::gpu_round(*op, rank, world_size, rounds[i], {dispatch_stream.s, combine});
-    }
-  });
+  testing::run_rounds_on_world(make_single_gpu_world(world_size), c, rounds, true,
+                               [&](int rank, const Op& op) { expect_path_of(c, rank, op); });
 }
 
 void run_and_check(int world_size, const OpConfig& c, bool prequantized = false) {
-  std::vector<RoundResult> rounds =
-      testing::make_round_results(world_size, {world_test_inputs(c, world_size, 1, prequantized),
-                                               world_test_inputs(c, world_size, 2, prequantized)});
-  run_rounds(world_size, c, rounds);
-  for (size_t i = 0; i < rounds.size(); ++i) {
-    SCOPED_TRACE("round " + std::to_string(i + 1));
-    check_round(c, world_size, rounds[i], i + 1);
-  }
+  testing::run_and_check_rounds(make_single_gpu_world(world_size), c, prequantized, true,
+                                [&](int rank, const Op& op) { expect_path_of(c, rank, op); });
 }
 
 class GpuCopyEngine : public ::testing::TestWithParam<int> {

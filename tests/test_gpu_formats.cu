@@ -146,17 +146,23 @@ __host__ __device__ constexpr int64_t sweep_steps(int64_t num_blocks) {
   return isolated(kPath) ? num_blocks : num_blocks / 8;
 }
 
-// Only the swept blocks are written.
-template <Path kPath>
-__global__ void encode_int8_e3m4(const uint16_t* background, int64_t num_blocks, uint8_t* codes,
-                                 uint16_t* words) {
+// fn(lane, sweep_lane(...)) for every warp step of a sweep this warp takes (grid-stride).
+template <Path kPath, typename Fn>
+__device__ void for_each_sweep_lane(const uint16_t* background, int64_t num_blocks, Fn fn) {
   const int lane = threadIdx.x % 32;
   const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * blockDim.x / 32;
   for (int64_t step = warp; step < sweep_steps<kPath>(num_blocks); step += warps) {
-    const SweepLane sl = sweep_lane<kPath>(background, step, lane);
+    fn(lane, sweep_lane<kPath>(background, step, lane));
+  }
+}
+
+// Only the swept blocks are written.
+template <Path kPath>
+__global__ void encode_int8_e3m4(const uint16_t* background, int64_t num_blocks, uint8_t* codes,
+                                 uint16_t* words) {
+  for_each_sweep_lane<kPath>(background, num_blocks, [&](int lane, const SweepLane& sl) {
     const int64_t b = sl.b;
-    const bool swept = sl.swept;
     const int first = sl.first;
     const uint4 v = sl.v;
     I8::Params p;
@@ -167,10 +173,10 @@ __global__ void encode_int8_e3m4(const uint16_t* background, int64_t num_blocks,
     } else {
       encode_lane<I8>(v, w, p);
     }
-    if (!swept) continue;
+    if (!sl.swept) return;
     *reinterpret_cast<LaneWord<I8>*>(codes + b * 32 + first) = w;
     if (lane % 4 == 0) words[b] = p.stored;
-  }
+  });
 }
 
 // The accumulator a decode-add starts from for element e: zero, or +-1.25 * 2^k, so that the
@@ -282,20 +288,14 @@ void expect_sweep_equals_scalar() {
 // addition on the host, with the blocks in the warp steps as the encode sweeps place them.
 template <Path kPath>
 __global__ void round_trip_int8_e3m4(const uint16_t* background, int64_t num_blocks, float* out) {
-  const int lane = threadIdx.x % 32;
-  const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-  const int64_t warps = static_cast<int64_t>(gridDim.x) * blockDim.x / 32;
-  for (int64_t step = warp; step < sweep_steps<kPath>(num_blocks); step += warps) {
-    const SweepLane sl = sweep_lane<kPath>(background, step, lane);
-    const int64_t b = sl.b;
-    const bool swept = sl.swept;
-    const int first = sl.first;
+  for_each_sweep_lane<kPath>(background, num_blocks, [&](int, const SweepLane& sl) {
+    const int64_t e0 = sl.b * 32 + sl.first;
     float acc[kElemsPerLane];
-    for (int j = 0; j < kElemsPerLane; ++j) acc[j] = start_acc(b * 32 + first + j);
-    lane_round_trip_add<I8>(sl.v, swept, acc);
-    if (!swept) continue;
-    for (int j = 0; j < kElemsPerLane; ++j) out[b * 32 + first + j] = acc[j];
-  }
+    for (int j = 0; j < kElemsPerLane; ++j) acc[j] = start_acc(e0 + j);
+    lane_round_trip_add<I8>(sl.v, sl.swept, acc);
+    if (!sl.swept) return;
+    for (int j = 0; j < kElemsPerLane; ++j) out[e0 + j] = acc[j];
+  });
 }
 
 template <Path kPath>

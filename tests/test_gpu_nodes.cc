@@ -44,21 +44,8 @@ OpConfig nodes_config(const Nodes& n, DtypePair pair) {
 }
 
 void run_and_check(const Nodes& n, const OpConfig& c, bool prequantized = false) {
-  auto comms = make_single_gpu_world(n.world_size, 0, 0, n.domain_size);
-  std::vector<RoundResult> rounds = testing::make_round_results(
-      n.world_size, {world_test_inputs(c, n.world_size, 1, prequantized),
-                     world_test_inputs(c, n.world_size, 2, prequantized)});
-  testing::run_world(comms, [&](int rank, const std::shared_ptr<Communicator>& comm) {
-    auto op = testing::kept_op(comm, c);
-    TestStream stream;
-    for (RoundResult& res : rounds) {
-      testing::gpu_round(*op, rank, n.world_size, res, {stream.s, stream.s});
-    }
-  });
-  for (size_t i = 0; i < rounds.size(); ++i) {
-    SCOPED_TRACE("round " + std::to_string(i + 1));
-    check_round(c, n.world_size, rounds[i], i + 1);
-  }
+  testing::run_and_check_rounds(make_single_gpu_world(n.world_size, 0, 0, n.domain_size), c,
+                                prequantized);
 }
 
 class GpuNodes : public ::testing::TestWithParam<Nodes> {

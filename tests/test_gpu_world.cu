@@ -29,21 +29,7 @@ using testing::world_test_inputs;
 
 // Two rounds on one op per rank, each rank on its own thread and stream; checked exactly.
 void run_and_check(int world_size, const OpConfig& c, bool prequantized = false) {
-  auto comms = make_single_gpu_world(world_size);
-  std::vector<RoundResult> rounds =
-      testing::make_round_results(world_size, {world_test_inputs(c, world_size, 1, prequantized),
-                                               world_test_inputs(c, world_size, 2, prequantized)});
-  testing::run_world(comms, [&](int rank, const std::shared_ptr<Communicator>& comm) {
-    auto op = testing::kept_op(comm, c);
-    TestStream stream;
-    for (RoundResult& res : rounds) {
-      testing::gpu_round(*op, rank, world_size, res, {stream.s, stream.s});
-    }
-  });
-  for (size_t i = 0; i < rounds.size(); ++i) {
-    SCOPED_TRACE("round " + std::to_string(i + 1));
-    check_round(c, world_size, rounds[i], i + 1);
-  }
+  testing::run_and_check_rounds(make_single_gpu_world(world_size), c, prequantized);
 }
 
 class SingleGpuWorld : public ::testing::TestWithParam<int> {

@@ -223,4 +223,41 @@ inline void gpu_round(Op& op, int rank, int world_size, RoundResult& res, RoundS
   }
 }
 
+// `rounds` on one op of config `c` per rank of `comms` (a fresh world), each round through
+// gpu_round. With `second_stream`, every other round combines on another stream than it
+// dispatched on. `check_op(rank, op)`, when given, runs once per rank on its op.
+inline void run_rounds_on_world(const std::vector<std::shared_ptr<Communicator>>& comms,
+                                const OpConfig& c, std::vector<RoundResult>& rounds,
+                                bool second_stream = false,
+                                const std::function<void(int, const Op&)>& check_op = {}) {
+  const int world_size = static_cast<int>(comms.size());
+  run_world(comms, [&](int rank, const std::shared_ptr<Communicator>& comm) {
+    auto op = kept_op(comm, c);
+    if (check_op) check_op(rank, *op);
+    TestStream dispatch_stream, combine_stream;
+    for (size_t i = 0; i < rounds.size(); ++i) {
+      const cudaStream_t combine =
+          second_stream && i % 2 == 1 ? combine_stream.s : dispatch_stream.s;
+      gpu_round(*op, rank, world_size, rounds[i], {dispatch_stream.s, combine});
+    }
+  });
+}
+
+// Two rounds (world_test_inputs of salts 1 and 2) as run_rounds_on_world runs them, then each
+// checked exactly against the reference.
+inline void run_and_check_rounds(const std::vector<std::shared_ptr<Communicator>>& comms,
+                                 const OpConfig& c, bool prequantized = false,
+                                 bool second_stream = false,
+                                 const std::function<void(int, const Op&)>& check_op = {}) {
+  const int world_size = static_cast<int>(comms.size());
+  std::vector<RoundResult> rounds =
+      make_round_results(world_size, {world_test_inputs(c, world_size, 1, prequantized),
+                                      world_test_inputs(c, world_size, 2, prequantized)});
+  run_rounds_on_world(comms, c, rounds, second_stream, check_op);
+  for (size_t i = 0; i < rounds.size(); ++i) {
+    SCOPED_TRACE("round " + std::to_string(i + 1));
+    check_round(c, world_size, rounds[i], i + 1);
+  }
+}
+
 }  // namespace moe_ep::testing
