@@ -1,13 +1,12 @@
-// Tests of the knob registry, the typed parse of MOE_EP_* variables, dtype resolution and the
-// logger (docs/config.md). Every message the library logs in this process is captured by one sink
-// installed before main (and MOE_EP_LOG is pinned to info there, before the logger reads it), so
+// Tests of the knob registry, the typed parse of MOE_EP_* variables and dtype resolution
+// (docs/config.md; the logger's own tests are in test_log.cc). Every message the library logs in
+// this process is captured by one sink installed before main (testing/log_capture.h), so
 // the once-per-process rules can be checked exactly whether ctest runs each test in its own
 // process or the binary runs them all in one, in any order: a test looks either at the whole
 // process log (for "exactly once") or at what was logged since it started.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
-#include <mutex>
 #include <set>
 #include <string>
 #include <vector>
@@ -16,37 +15,14 @@
 #include "moe_ep/config.h"
 #include "moe_ep/errors.h"
 #include "testing/errors.h"
+#include "testing/log_capture.h"
 
 namespace moe_ep {
 namespace {
 
-struct LogRecord {
-  LogLevel level;
-  std::string message;
-};
-
-std::mutex g_log_mutex;
-std::vector<LogRecord> g_log;  // every message logged in this process, in order
-
-void install_capture_sink() {
-  set_log_sink([](LogLevel level, const std::string& message) {
-    std::lock_guard<std::mutex> lock(g_log_mutex);
-    g_log.push_back({level, message});
-  });
-}
-
-// Static initialisation of this file runs before main and before anything logs (the library
-// logs nothing at static-init time), so the logger reads MOE_EP_LOG=info on its first call.
-const bool kCaptureInstalled = [] {
-  setenv("MOE_EP_LOG", "info", /*overwrite=*/1);
-  install_capture_sink();
-  return true;
-}();
-
-std::vector<LogRecord> log_snapshot() {
-  std::lock_guard<std::mutex> lock(g_log_mutex);
-  return g_log;
-}
+using testing::log_snapshot;
+using testing::LogRecord;
+using testing::LogTest;
 
 bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
@@ -104,23 +80,8 @@ void expect_same_values(const Knobs& a, const Knobs& b, const std::string& what)
   EXPECT_EQ(a.copy_engine, b.copy_engine) << what;
 }
 
-// Each test records where the process log stood when it started.
-class LogTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    ASSERT_TRUE(kCaptureInstalled);
-    start_ = log_snapshot().size();
-  }
-  std::vector<LogRecord> logged_since_start() const {
-    const std::vector<LogRecord> all = log_snapshot();
-    return std::vector<LogRecord>(all.begin() + static_cast<std::ptrdiff_t>(start_), all.end());
-  }
-  size_t start_ = 0;
-};
-
 class ConfigKnobs : public LogTest {};
 class ConfigResolve : public LogTest {};
-class ConfigLog : public LogTest {};
 
 // ---------------------------------------------------------------------------------------------
 // Registry and parsing
@@ -606,55 +567,6 @@ TEST_F(ConfigResolve, DefaultKnobsAreTheProcessKnobs) {
     EXPECT_EQ(implicit.dispatch_origin, explicit_.dispatch_origin);
     EXPECT_EQ(implicit.combine_origin, explicit_.combine_origin);
   }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Logger
-
-TEST_F(ConfigLog, LevelFilterFollowsMoeEpLog) {
-  // MOE_EP_LOG=info was pinned before main: debug is dropped, the rest reaches the sink.
-  log(LogLevel::kDebug, "probe-debug");
-  log(LogLevel::kInfo, "probe-info");
-  log(LogLevel::kWarn, "probe-warn");
-  log(LogLevel::kError, "probe-error");
-  const std::vector<LogRecord> logged = logged_since_start();
-  ASSERT_EQ(logged.size(), 3u);
-  EXPECT_EQ(logged[0].level, LogLevel::kInfo);
-  EXPECT_EQ(logged[0].message, "probe-info");
-  EXPECT_EQ(logged[1].level, LogLevel::kWarn);
-  EXPECT_EQ(logged[1].message, "probe-warn");
-  EXPECT_EQ(logged[2].level, LogLevel::kError);
-  EXPECT_EQ(logged[2].message, "probe-error");
-}
-
-TEST_F(ConfigLog, MacroFormatsOnlyEnabledLevels) {
-  // MOE_EP_LOG=info was pinned before main.
-  EXPECT_TRUE(log_enabled(LogLevel::kError));
-  EXPECT_TRUE(log_enabled(LogLevel::kWarn));
-  EXPECT_TRUE(log_enabled(LogLevel::kInfo));
-  EXPECT_FALSE(log_enabled(LogLevel::kDebug));
-  int evaluated = 0;
-  const auto piece = [&evaluated] { return ++evaluated; };
-  MOE_EP_LOG(LogLevel::kDebug, "probe-macro-debug ", piece());
-  EXPECT_EQ(evaluated, 0);  // a filtered-out message is not even built
-  MOE_EP_LOG(LogLevel::kInfo, "probe-macro ", piece(), " of ", 2.5, '!');
-  EXPECT_EQ(evaluated, 1);
-  const std::vector<LogRecord> logged = logged_since_start();
-  ASSERT_EQ(logged.size(), 1u);
-  EXPECT_EQ(logged[0].level, LogLevel::kInfo);
-  EXPECT_EQ(logged[0].message, "probe-macro 1 of 2.5!");
-}
-
-TEST_F(ConfigLog, EmptySinkRestoresStderr) {
-  set_log_sink({});
-  ::testing::internal::CaptureStderr();
-  log(LogLevel::kWarn, "probe to stderr");
-  log(LogLevel::kInfo, "probe info");
-  log(LogLevel::kDebug, "probe dropped");
-  const std::string err = ::testing::internal::GetCapturedStderr();
-  install_capture_sink();
-  EXPECT_EQ(err, "moe-ep [warn] probe to stderr\nmoe-ep [info] probe info\n");
-  EXPECT_TRUE(logged_since_start().empty());  // nothing reached the replaced sink
 }
 
 }  // namespace
