@@ -95,6 +95,19 @@ CudaOp::CudaOp(std::shared_ptr<CudaComm> comm, const OpConfig& config, int num_s
     exchanged_ = std::make_unique<Event>();
     staged_rows_.assign(remote, 0);
     forwarded_rows_host_.assign(remote, 0);
+    if (config.low_latency) {
+      ll_msg_dispatch_ = DecodeMessageLayout::dispatch(
+          sizeof(StepWire), dispatch_wire.payload_bytes, dispatch_wire.scale_bytes, config.topk,
+          nodes_.node_size, layout_.local_experts, config.max_tokens_per_rank);
+      const size_t bytes = remote * static_cast<size_t>(ll_msg_dispatch_.bytes);
+      ll_msg_out_ = DeviceArray<char>(device_, bytes);
+      ll_msg_in_ = DeviceArray<char>(device_, bytes);
+      // Zero: no message holds a step's rows before its first send (`sent` 0, steps start at 1).
+      ll_msg_out_.zero(comm_->internal_stream());
+      ll_msg_in_.zero(comm_->internal_stream());
+      ll_forward_counter_ = DeviceArray<unsigned int>(device_, 1);
+      ll_forward_counter_.zero(comm_->internal_stream());
+    }
   }
   if (config.copy_engine) {  // normal mode on one node (check_config)
     ce_stage_ = DeviceArray<char>(device_, static_cast<size_t>(layout_.recv_fwd_row_offset(0)));
@@ -186,6 +199,18 @@ void CudaOp::publish() {
     for (int r = 0; r < world_size_; ++r) {
       if (!nodes_.same_node(r)) peers_.base[r] = nullptr;
     }
+  }
+  // Decode mode across nodes: one persistent exchange for the dispatch's messages, every rank
+  // with its rail peers on the other nodes (collective: every rank makes it, in this order).
+  if (config_.low_latency && nodes_.several()) {
+    std::vector<TransferPart> sends, recvs;
+    const size_t bytes = static_cast<size_t>(ll_msg_dispatch_.bytes);
+    for (int m = 0; m < nodes_.num_nodes - 1; ++m) {
+      const int peer = nodes_.rail_peer(rank_, nodes_.node_of_slot(m));
+      sends.push_back({peer, ll_msg_out_.get() + m * bytes, bytes});
+      recvs.push_back({peer, ll_msg_in_.get() + m * bytes, bytes});
+    }
+    ll_dispatch_exchange_ = comm_->transport().persistent(sends, recvs, comm_->internal_stream());
   }
   // Copy-engine path: dispatch's pack stores other ranks' rows into the staging area, its own
   // into its buffer (NotifyParams::ce_stage_offset gives the rows).
@@ -491,6 +516,9 @@ void CudaOp::reject(CallKind kind, const std::string& reason, void* stream_arg) 
   check_usable();
   DeviceGuard guard(device_);
   raise_device_error(to_string(kind), nullptr, /*before_step=*/true);
+  if (kind == CallKind::kLowLatencyCombine && config_.low_latency) {
+    check_ll_combine_supported(to_string(kind));
+  }
   StepVerdict verdict = next_step(kind);
   verdict.error = reason.empty() ? std::string("rejected by the caller") : reason;
   try {
@@ -510,7 +538,15 @@ void CudaOp::reject(CallKind kind, const std::string& reason, void* stream_arg) 
     if (decode) {
       // Decode calls agree through decode mode's own step words.
       write_my_reason(verdict.error);
-      MOE_EP_CUDA_CHECK(launch_ll_step(ll_params(kind, /*host_rejected=*/true), stream));
+      const LowLatencyParams p = ll_params(kind, /*host_rejected=*/true);
+      if (nodes_.several()) {
+        // Across nodes: the node's agreement, then the exchange, forward and settle every
+        // dispatch takes (the combine was refused above).
+        MOE_EP_CUDA_CHECK(launch_ll_node_step(p, stream));
+        ll_dispatch_across_nodes(p, stream);
+      } else {
+        MOE_EP_CUDA_CHECK(launch_ll_step(p, stream));
+      }
       last_kind_ = kind;
       last_verdict_ = verdict;
     } else {

@@ -67,6 +67,14 @@ class CudaOp final : public OpBase {
   // Decode mode: the parameters every decode kernel shares, and the views of the slabs.
   LowLatencyParams ll_params(CallKind kind, bool host_rejected) const;
   LowLatencyDispatchResult ll_result() const;
+  // Decode mode across nodes (low_latency_op.cc): the dispatch's step agreed inside the node
+  // (ll_node_step), then, after the send when there is one, ll_dispatch_across_nodes: the
+  // persistent exchange of the messages, the forwarder's stores and the settle over all W words.
+  // Every dispatch call takes both on every rank, accepted or not (same launches every call).
+  void ll_dispatch_across_nodes(const LowLatencyParams& p, cudaStream_t stream);
+  // Decode combine across nodes is not built: raised (InvalidUsage) before the step, on every
+  // rank alike (it depends only on the op's configuration).
+  void check_ll_combine_supported(const char* call) const;
   // Starts a call on `stream` behind the op's previous one (skipped while the stream is being
   // captured: the graph orders its nodes) and ends it.
   bool capturing(cudaStream_t stream) const;
@@ -222,6 +230,14 @@ class CudaOp final : public OpBase {
   DeviceArray<int32_t> ll_src_rank_;       // [E/W, W*Tmax]
   DeviceArray<int32_t> ll_src_token_;      // [E/W, W*Tmax]
   DeviceArray<int32_t> ll_src_slot_;       // [E/W, W*Tmax]
+  // Decode mode across nodes (low_latency_nodes.cuh), allocated only with low_latency and
+  // several nodes: the dispatch's messages to and from the rail peers on the other nodes, by
+  // remote node slot, and the persistent exchange that moves them (made in publish()).
+  DecodeMessageLayout ll_msg_dispatch_;
+  DeviceArray<char> ll_msg_out_;                  // [N - 1][ll_msg_dispatch_.bytes]
+  DeviceArray<char> ll_msg_in_;                   // [N - 1][ll_msg_dispatch_.bytes]
+  DeviceArray<unsigned int> ll_forward_counter_;  // [1]
+  std::unique_ptr<PersistentExchange> ll_dispatch_exchange_;
 };
 
 }  // namespace moe_ep::cuda_backend

@@ -48,7 +48,28 @@ LowLatencyParams CudaOp::ll_params(CallKind kind, bool host_rejected) const {
   p.tickets = ll_tickets_.get();
   p.timeout_ns = timeout_ns();
   p.err = error_sink();
+  p.nodes = nodes_;
+  if (nodes_.several()) {
+    p.msg = ll_msg_dispatch_;
+    p.msg_out = ll_msg_out_.get();
+    p.msg_in = ll_msg_in_.get();
+    p.forward_counter = ll_forward_counter_.get();
+  }
   return p;
+}
+
+void CudaOp::ll_dispatch_across_nodes(const LowLatencyParams& p, cudaStream_t stream) {
+  ll_dispatch_exchange_->launch(stream, p.err, p.timeout_ns);
+  MOE_EP_CUDA_CHECK(launch_ll_forward(p, data_blocks_, stream));
+  MOE_EP_CUDA_CHECK(launch_ll_settle(p, stream));
+}
+
+void CudaOp::check_ll_combine_supported(const char* call) const {
+  if (!nodes_.several()) return;
+  throw InvalidUsage(detail::concat(
+      call, ": ranks_per_node=", nodes_.node_size, " < world_size=", world_size_,
+      ": decode combine across nodes is not yet built in the CUDA backend (only its dispatch, "
+      "reachable for tests through allow_decode_dispatch_across_nodes; docs/multi-node.md)"));
 }
 
 LowLatencyDispatchResult CudaOp::ll_result() const {
@@ -100,7 +121,9 @@ LowLatencyDispatchResult CudaOp::low_latency_dispatch(const LowLatencyDispatchAr
     }
     LowLatencyParams p = ll_params(CallKind::kLowLatencyDispatch, !accepted);
     p.hooked_send = accepted && args.return_recv_hook;  // its receive part checks this step
-    MOE_EP_CUDA_CHECK(launch_ll_step(p, stream));
+    const bool across_nodes = nodes_.several();
+    // Across nodes the node agrees first; the verdict of every rank comes with the settle.
+    MOE_EP_CUDA_CHECK(across_nodes ? launch_ll_node_step(p, stream) : launch_ll_step(p, stream));
     last_kind_ = CallKind::kLowLatencyDispatch;
     last_verdict_ = verdict;
     if (accepted) {
@@ -109,6 +132,20 @@ LowLatencyDispatchResult CudaOp::low_latency_dispatch(const LowLatencyDispatchAr
       p.topk_idx = args.topk_idx.ptr<int32_t>();
       p.topk_weights = args.topk_weights.ptr<float>();
       p.num_tokens = static_cast<int32_t>(num_tokens);
+    }
+    if (across_nodes) {
+      // Send (when accepted), then the exchange, forward and settle, which every rank takes in
+      // every dispatch; with the hook too (the exchange count must not depend on the hooks), so
+      // the receive part is the expand alone, as on one node.
+      if (accepted) {
+        MOE_EP_CUDA_CHECK(
+            launch_ll_send(config_.dispatch_dtype, prequantized, p, data_blocks_, stream));
+      }
+      ll_dispatch_across_nodes(p, stream);
+      if (accepted && !args.return_recv_hook) {
+        MOE_EP_CUDA_CHECK(launch_ll_expand(config_.dispatch_dtype, p, data_blocks_, stream));
+      }
+    } else if (accepted) {
       // With the hook, the expand (which waits for every source) is the receive part's.
       MOE_EP_CUDA_CHECK(
           args.return_recv_hook
@@ -116,7 +153,8 @@ LowLatencyDispatchResult CudaOp::low_latency_dispatch(const LowLatencyDispatchAr
               : launch_ll_dispatch(config_.dispatch_dtype, prequantized, p, data_blocks_, stream));
     }
     if (!in_graph) end_call(stream);
-    if (!accepted) MOE_EP_CUDA_CHECK(cudaEventSynchronize(call_done_.get()));
+    // Across nodes the stream holds the exchange, whose NCCL receive has no limit: bounded.
+    if (!accepted) host_wait(call_done_.get(), "low_latency_dispatch");
   } catch (const CudaError& e) {
     poison_and_throw(e);
   }
@@ -167,6 +205,7 @@ void CudaOp::low_latency_combine(const TensorView& y, const LowLatencyHandle& ha
   check_usable();
   DeviceGuard guard(device_);
   raise_device_error("low_latency_combine", nullptr, /*before_step=*/true);
+  if (config_.low_latency) check_ll_combine_supported("low_latency_combine");
   StepVerdict verdict = next_step(CallKind::kLowLatencyCombine);
   collect_rejection(verdict, [&] {
     take_receive_error();
