@@ -27,6 +27,7 @@
 namespace moe_ep {
 namespace {
 
+using reference::LowLatencyOutputs;
 using testing::InputSpec;
 using testing::RankInput;
 using testing::TestStream;
