@@ -5,7 +5,6 @@
 // the collective registration of the buffers. A rank that rejects tells the others, who fail at
 // once; creations are matched by configuration, so a missed creation costs that creation only.
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -173,12 +172,7 @@ int resolve_num_sms(const OpConfig& config, const CudaComm& comm) {
   return requested;
 }
 
-std::atomic<bool> g_decode_dispatch_across_nodes{false};
-
 }  // namespace
-
-void allow_decode_dispatch_across_nodes(bool allowed) { g_decode_dispatch_across_nodes = allowed; }
-bool decode_dispatch_across_nodes_allowed() { return g_decode_dispatch_across_nodes; }
 
 std::shared_ptr<CudaComm> cuda_comm_of(const std::shared_ptr<Communicator>& comm) {
   auto cuda = std::dynamic_pointer_cast<CudaComm>(comm);
@@ -202,16 +196,8 @@ std::shared_ptr<Op> create_op(const std::shared_ptr<Communicator>& comm,
     check_config(config, cuda->size());
     MOE_EP_CHECK_ARG(cuda->size() <= Policy::kMaxPeers, "world_size=", cuda->size(),
                      " exceeds the CUDA backend's limit of ", Policy::kMaxPeers, " ranks");
-    // Several nodes (docs/multi-node.md): normal mode forwards through the transport; decode
-    // mode's capturable path across nodes has its dispatch only (reachable for tests through
-    // allow_decode_dispatch_across_nodes, factory.h), so it is refused here until its combine
-    // is built.
-    MOE_EP_CHECK_ARG(!config.low_latency || config.ranks_per_node == 0 ||
-                         config.ranks_per_node == cuda->size() ||
-                         decode_dispatch_across_nodes_allowed(),
-                     "ranks_per_node=", config.ranks_per_node, " < world_size=", cuda->size(),
-                     " with low_latency=true: decode mode across nodes is not yet supported by "
-                     "the CUDA backend (use ranks_per_node=0, one node, or the CPU backend)");
+    // Several nodes (docs/multi-node.md): normal mode forwards through the transport, decode
+    // mode through one persistent exchange per call (its capturable path across nodes).
     // A node's ranks must reach each other by stores: each node inside one domain.
     const int domain = cuda->domain_size();
     if (domain < cuda->size()) {

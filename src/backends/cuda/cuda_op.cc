@@ -107,6 +107,13 @@ CudaOp::CudaOp(std::shared_ptr<CudaComm> comm, const OpConfig& config, int num_s
       ll_msg_in_.zero(comm_->internal_stream());
       ll_forward_counter_ = DeviceArray<unsigned int>(device_, 1);
       ll_forward_counter_.zero(comm_->internal_stream());
+      ll_msg_combine_ = DecodeMessageLayout::combine(sizeof(StepWire), layout_.combine_row_bytes,
+                                                     config.max_tokens_per_rank);
+      const size_t combine_bytes = remote * static_cast<size_t>(ll_msg_combine_.bytes);
+      ll_cmsg_out_ = DeviceArray<char>(device_, combine_bytes);
+      ll_cmsg_in_ = DeviceArray<char>(device_, combine_bytes);
+      ll_cmsg_out_.zero(comm_->internal_stream());
+      ll_cmsg_in_.zero(comm_->internal_stream());
     }
   }
   if (config.copy_engine) {  // normal mode on one node (check_config)
@@ -211,6 +218,16 @@ void CudaOp::publish() {
       recvs.push_back({peer, ll_msg_in_.get() + m * bytes, bytes});
     }
     ll_dispatch_exchange_ = comm_->transport().persistent(sends, recvs, comm_->internal_stream());
+    // And one for the combine's messages (the forwarders' partials), made second on every rank.
+    sends.clear();
+    recvs.clear();
+    const size_t combine_bytes = static_cast<size_t>(ll_msg_combine_.bytes);
+    for (int m = 0; m < nodes_.num_nodes - 1; ++m) {
+      const int peer = nodes_.rail_peer(rank_, nodes_.node_of_slot(m));
+      sends.push_back({peer, ll_cmsg_out_.get() + m * combine_bytes, combine_bytes});
+      recvs.push_back({peer, ll_cmsg_in_.get() + m * combine_bytes, combine_bytes});
+    }
+    ll_combine_exchange_ = comm_->transport().persistent(sends, recvs, comm_->internal_stream());
   }
   // Copy-engine path: dispatch's pack stores other ranks' rows into the staging area, its own
   // into its buffer (NotifyParams::ce_stage_offset gives the rows).
@@ -516,9 +533,6 @@ void CudaOp::reject(CallKind kind, const std::string& reason, void* stream_arg) 
   check_usable();
   DeviceGuard guard(device_);
   raise_device_error(to_string(kind), nullptr, /*before_step=*/true);
-  if (kind == CallKind::kLowLatencyCombine && config_.low_latency) {
-    check_ll_combine_supported(to_string(kind));
-  }
   StepVerdict verdict = next_step(kind);
   verdict.error = reason.empty() ? std::string("rejected by the caller") : reason;
   try {
@@ -540,10 +554,14 @@ void CudaOp::reject(CallKind kind, const std::string& reason, void* stream_arg) 
       write_my_reason(verdict.error);
       const LowLatencyParams p = ll_params(kind, /*host_rejected=*/true);
       if (nodes_.several()) {
-        // Across nodes: the node's agreement, then the exchange, forward and settle every
-        // dispatch takes (the combine was refused above).
+        // Across nodes: the node's agreement, then the exchange, forward and settle every call
+        // of its kind takes.
         MOE_EP_CUDA_CHECK(launch_ll_node_step(p, stream));
-        ll_dispatch_across_nodes(p, stream);
+        if (kind == CallKind::kLowLatencyDispatch) {
+          ll_dispatch_across_nodes(p, stream);
+        } else {
+          ll_combine_across_nodes(p, stream);
+        }
       } else {
         MOE_EP_CUDA_CHECK(launch_ll_step(p, stream));
       }

@@ -325,9 +325,10 @@ struct LowLatencyParams {
   unsigned int* tickets;  // [3]: combine tickets [2], send block counter
   uint64_t timeout_ns;
   ErrorSink err;
-  // Several nodes (nodes.several(); low_latency_nodes.cuh): the messages of the leg in flight,
-  // one per remote node slot (DecodeMessageLayout `msg`, `msg.bytes` apart): this rank's to its
-  // rail peers, and theirs as the persistent exchange delivered them.
+  // Several nodes (nodes.several(); low_latency_nodes.cuh): the messages of the leg in flight
+  // (the dispatch's or the combine's, by `kind`), one per remote node slot (DecodeMessageLayout
+  // `msg`, `msg.bytes` apart): this rank's to its rail peers, and theirs as the persistent
+  // exchange delivered them.
   NodeInfo nodes;
   DecodeMessageLayout msg;
   char* msg_out;                  // [N - 1][msg.bytes]
@@ -385,6 +386,13 @@ cudaError_t launch_ll_combine(CombineDtype dtype, const LowLatencyParams& p, int
 cudaError_t launch_ll_node_step(const LowLatencyParams& p, cudaStream_t stream);
 cudaError_t launch_ll_forward(const LowLatencyParams& p, int num_blocks, cudaStream_t stream);
 cudaError_t launch_ll_settle(const LowLatencyParams& p, cudaStream_t stream);
+// The combine across nodes: the forwarder's sums of its node's parts into its messages (after
+// launch_ll_combine's send part, before the exchange), and the source's node-ordered sum (after
+// the settle; the receive part with hooks). A combine's launch_ll_forward stores step words only.
+cudaError_t launch_ll_combine_forward(CombineDtype dtype, const LowLatencyParams& p, int num_blocks,
+                                      cudaStream_t stream);
+cudaError_t launch_ll_combine_reduce(CombineDtype dtype, const LowLatencyParams& p, int num_blocks,
+                                     cudaStream_t stream);
 // The one-GPU world's persistent exchange (loopback.cu): send part b waits until the receiver's
 // `ready` flag (in this rank's ready flags) holds the launch's sequence number, goes from `src`
 // to the receiver's `dst`, then the number goes to the receiver's data `flag` for this rank.

@@ -1,6 +1,7 @@
 // Decode mode across nodes on the GPU (docs/multi-node.md, "Decode mode across nodes"): the
-// dispatch's kernels around one persistent exchange per call, all with fixed shapes and no host
-// wait, so that a CUDA graph can hold the whole call. NOT RUN ON A GPU YET.
+// dispatch's and the combine's kernels, each call around one persistent exchange, all with fixed
+// shapes and no host wait, so that a CUDA graph can hold the whole call. NOT RUN ON A GPU YET.
+// Dispatch:
 //   ll_node_step: the decode step agreed by stores with this node's ranks only (as ll_step does
 //                 with every rank on one node), without a verdict yet: when the node agreed
 //                 (every word of the node this call, none rejected) its sends may go
@@ -21,6 +22,22 @@
 //                 rejected anywhere fails on every rank, naming the same peer as on one node.
 //   ll_expand:    (low_latency.cuh) unchanged: every source's done word, counts, flags, metadata
 //                 and stage rows are in this rank's buffer as with one node.
+// Combine (the messages: DecodeMessageLayout::combine, one per rail peer):
+//   ll_node_step: as in the dispatch, into the combine's messages.
+//   ll_combine:   (low_latency_combine.cuh, the send part only) each (s, t) that came here: the
+//                 weighted sum of the token's local expert rows, bf16, in the combine format, to
+//                 s when s is on this node, else to this node's forwarder for s at combine slot
+//                 (s's node * L + this rank's place in the node, t), with the slice's ready flag.
+//   ll_combine_forward: for each rail peer s on another node and t < Tmax, slice by slice: the
+//                 ranks of this node that took (s, t) (their dispatch flags, which this rank's
+//                 ll_forward stored), their partials waited for (bounded), summed in fp32 from
+//                 +0 in ascending rank, rounded to bf16 and encoded into row t of the message
+//                 for s's node (what node_partial_kernel does in normal mode).
+//   the exchange, ll_forward (step words only), ll_settle: as in the dispatch.
+//   ll_combine_reduce: (the receive part) per token and slice: out = bf16 of the sum over nodes
+//                 ascending of this node's fp32 sum of its ranks' parts (ascending rank, waited
+//                 for) and the other nodes' decoded partials from the messages, as
+//                 node_reduce_kernel and the CPU backend's receive_combine.
 // Why nothing is overwritten early: every store into a rank B's step slots and stage rows comes
 // from B's node, and a writer stores for call k+1 only after its node's agreement of k+1, which
 // needed B's word of k+1, posted after B's call k ended. The messages are safe by the transport
@@ -28,6 +45,7 @@
 #pragma once
 
 #include "backends/cuda/low_latency.cuh"
+#include "backends/cuda/low_latency_combine.cuh"
 
 namespace moe_ep::cuda_backend {
 
@@ -114,9 +132,12 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
   const int remote = nodes.num_nodes - 1;
   const int epr = info.experts_per_rank;
   // Rows are forwarded only when this node agreed (else nothing of this call reaches an output
-  // on any rank: every rank's settle sees the rejection); the step words go every call.
+  // on any rank: every rank's settle sees the rejection); the step words go every call. A
+  // combine's messages hold the forwarders' partials, which the source reads where they landed:
+  // for a combine this kernel stores the step words only.
   const bool clean = !block_sees_error(p.err);
-  const bool node_agreed = clean && p.state->send_step == step;
+  const bool dispatch = p.kind == static_cast<int>(CallKind::kLowLatencyDispatch);
+  const bool node_agreed = dispatch && clean && p.state->send_step == step;
   const WarpCoord c = warp_coord();
   const int64_t tmax = info.max_tokens;
   const int64_t payload_bytes = p.layout.dispatch_payload_bytes;
@@ -264,6 +285,147 @@ __global__ void ll_settle_kernel(LowLatencyParams p) {
     if (ran && !dispatch) state->combine_step = step;
   }
   settle_step_votes(info, p.peers, p.layout, step, peer_info, p.outcome, p.err, votes);
+}
+
+// Combine across nodes, the forwarder's side: item (remote node slot m, token t, slice) sums the
+// parts this node's ranks stored for token t of the rail peer s on node n = node_of_slot(m), at
+// combine slots (n * L + q, t), q the rank's place in this node. The ranks are those whose
+// dispatch flag of (s, t) says the token came to them (the flags ll_forward stored for the
+// dispatch that ran); each part is waited for by its ready flag, tagged with the step in flight.
+// Only once this node agreed on the call (as the sends).
+template <typename F>
+__global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm)
+    ll_combine_forward_kernel(LowLatencyParams p) {
+  ll_follow_previous_kernel();
+  if (block_sees_error(p.err)) return;
+  const uint64_t step = p.state->step;
+  if (p.state->send_step != step) return;  // nothing of this call was sent here
+  const RankInfo& info = p.info;
+  const NodeInfo& nodes = p.nodes;
+  const WarpCoord c = warp_coord();
+  const int hidden = info.hidden;
+  const int64_t payload_bytes = formats::payload_bytes_of<F>(hidden);
+  const int64_t slices = p.layout.ll_slices;
+  const int64_t tmax = info.max_tokens;
+  const int node_size = nodes.node_size;
+  const int first = nodes.first_rank();
+  const uint64_t came = p.state->dispatch_step << 1 | 1;
+  const char* self = p.peers.base[info.rank];
+  const ReduceArgs wait{self,    p.layout,          hidden,       info.rank,
+                        nullptr, kDecodeTag | step, p.timeout_ns, p.err};
+  const int64_t per_node = tmax * slices;
+  const int64_t items = static_cast<int64_t>(nodes.num_nodes - 1) * per_node;
+  for (int64_t item = c.warp; item < items; item += c.num_warps) {
+    const int m = static_cast<int>(item / per_node);
+    const int64_t t = (item - m * per_node) / slices;
+    const int64_t slice = item - m * per_node - t * slices;
+    const int n = nodes.node_of_slot(m);
+    const int s = nodes.rail_peer(info.rank, n);
+    // Bit first + q: rank q of this node took the token (and stored its part at slot n*L + q).
+    uint64_t ranks = 0;
+    for (int q = c.lane; q < node_size; q += 32) {
+      const uint64_t flag = __ldcg(reinterpret_cast<const uint64_t*>(
+          p.peers.base[first + q] + p.layout.ll_flag_offset(s, t)));
+      if (flag == came) ranks |= 1ull << (first + q);
+    }
+    const uint32_t lo = __reduce_or_sync(0xffffffffu, static_cast<uint32_t>(ranks));
+    const uint32_t hi = __reduce_or_sync(0xffffffffu, static_cast<uint32_t>(ranks >> 32));
+    ranks = static_cast<uint64_t>(hi) << 32 | lo;
+    if (ranks == 0) continue;  // warp-uniform: the token is not for this node (or t >= T_s)
+    const int slot_base = n * node_size - first;  // rank r's part is at slot r + slot_base
+    const auto flag_offset = [&](int r) {
+      return p.layout.ll_ready_offset(r + slot_base, t, slice);
+    };
+    if (!wait_ready_flags(wait, ranks, flag_offset)) break;  // reported; the others stop too
+    const int64_t begin = slice * Policy::kDispatchSliceElems;
+    const int64_t stop =
+        begin + Policy::kDispatchSliceElems < hidden ? begin + Policy::kDispatchSliceElems : hidden;
+    const int lane = c.lane;
+    // The node's partial, lane by lane: decoded parts summed in fp32 from +0 in ascending rank,
+    // rounded to bf16 (zeros past the slice), then encoded into the message row, no flag (the
+    // exchange after this kernel carries it).
+    const auto partial = [&](int64_t elem) {
+      float acc[1][kElemsPerLane];
+#pragma unroll
+      for (int j = 0; j < kElemsPerLane; ++j) acc[0][j] = 0.0f;
+      const int64_t base = elem - lane * kElemsPerLane;
+      for (uint64_t mm = ranks; mm != 0;) {  // ascending rank order
+        const int r = next_dest(mm);
+        add_row_steps<F, 1>(self + p.layout.combine_row_offset(r + slot_base, t), payload_bytes,
+                            base, stop, lane, acc);
+      }
+      return lane_pack_bf16(acc[0]);
+    };
+    send_combine_range<F, 1>(partial, begin, stop, hidden, ll_message_out(p, n) + p.msg.row(t),
+                             nullptr, 0, lane);
+  }
+}
+
+// Combine across nodes, the source's side (the receive part): item (token t, slice) of this
+// rank's tokens. out = bf16(sum over nodes n ascending of v_n) in fp32 from +0: v_n of this node
+// is the fp32 sum from +0 of its ranks' parts of t (ascending rank, each waited for by its ready
+// flag, tagged with the combine's step), v_n of another node holding t the decoded partial of
+// n's forwarder in the message from it (row t). Node n holds t when t's routing names one of its
+// ranks (token_mask, from this rank's own dispatch).
+template <typename F>
+__global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm)
+    ll_combine_reduce_kernel(LowLatencyParams p) {
+  ll_follow_previous_kernel();
+  if (block_sees_error(p.err)) return;
+  const uint64_t step = p.state->combine_step;
+  if (!ll_receive_has_its_send(p, step, kPhaseCombineWait)) return;
+  const RankInfo& info = p.info;
+  const NodeInfo& nodes = p.nodes;
+  const WarpCoord c = warp_coord();
+  const int lane = c.lane;
+  const int hidden = info.hidden;
+  const int64_t payload_bytes = formats::payload_bytes_of<F>(hidden);
+  const int64_t slices = p.layout.ll_slices;
+  const int node_size = nodes.node_size;
+  const uint64_t ones = node_size >= 64 ? ~uint64_t{0} : (uint64_t{1} << node_size) - 1;
+  const char* self = p.peers.base[info.rank];
+  const ReduceArgs wait{self,  p.layout,          hidden,       info.rank,
+                        p.out, kDecodeTag | step, p.timeout_ns, p.err};
+  const int64_t items = static_cast<int64_t>(p.num_tokens) * slices;
+  for (int64_t item = c.warp; item < items; item += c.num_warps) {
+    const int64_t t = item / slices;
+    const int64_t slice = item - t * slices;
+    const uint64_t mask = p.token_mask[t];
+    const uint64_t own = mask & own_node_mask(nodes);
+    const auto flag_offset = [&](int r) { return p.layout.ll_ready_offset(r, t, slice); };
+    if (!wait_ready_flags(wait, own, flag_offset)) break;  // reported; the others stop too
+    const int64_t begin = slice * Policy::kDispatchSliceElems;
+    const int64_t stop =
+        begin + Policy::kDispatchSliceElems < hidden ? begin + Policy::kDispatchSliceElems : hidden;
+    for (int64_t base = begin; base < stop; base += kElemsPerWarpStep) {
+      float acc[1][kElemsPerLane];
+#pragma unroll
+      for (int j = 0; j < kElemsPerLane; ++j) acc[0][j] = 0.0f;
+      for (int n = 0; n < nodes.num_nodes; ++n) {
+        if (((mask >> (n * node_size)) & ones) == 0) continue;  // node n holds none of t
+        if (n == nodes.node) {
+          float mine[1][kElemsPerLane];
+#pragma unroll
+          for (int j = 0; j < kElemsPerLane; ++j) mine[0][j] = 0.0f;
+          for (uint64_t mm = own; mm != 0;) {  // ascending rank order
+            const int r = next_dest(mm);
+            add_row_steps<F, 1>(self + p.layout.combine_row_offset(r, t), payload_bytes, base, stop,
+                                lane, mine);
+          }
+#pragma unroll
+          for (int j = 0; j < kElemsPerLane; ++j) acc[0][j] = acc[0][j] + mine[0][j];
+        } else {
+          add_row_steps<F, 1>(
+              p.msg_in + static_cast<int64_t>(nodes.slot(n)) * p.msg.bytes + p.msg.row(t),
+              payload_bytes, base, stop, lane, acc);
+        }
+      }
+      const int64_t elem = base + lane * kElemsPerLane;
+      if (elem < stop) {
+        *reinterpret_cast<uint4*>(p.out + t * hidden + elem) = lane_pack_bf16(acc[0]);
+      }
+    }
+  }
 }
 
 }  // namespace moe_ep::cuda_backend
