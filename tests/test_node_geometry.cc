@@ -112,7 +112,9 @@ TEST(NodeGeometry, DecodeMessagesAreFixedSizedAlignedAndTheirFieldsDisjoint) {
             }
             const DecodeMessageLayout c =
                 DecodeMessageLayout::combine(step_bytes, payload + scales, tmax);
-            EXPECT_GE(c.rows, step_bytes);
+            EXPECT_GE(c.sent, step_bytes);  // the step word, then the sent step
+            EXPECT_EQ(c.sent % 8, 0);
+            EXPECT_GE(c.rows, c.sent + 8);
             EXPECT_EQ(c.rows % 16, 0);
             EXPECT_GE(c.row_stride, payload + scales);
             EXPECT_EQ(c.row_stride % 16, 0);

@@ -385,6 +385,8 @@ cudaError_t launch_ll_combine(CombineDtype dtype, const LowLatencyParams& p, int
 // step words. launch_ll_send takes its path across nodes when p.nodes.several().
 cudaError_t launch_ll_node_step(const LowLatencyParams& p, cudaStream_t stream);
 cudaError_t launch_ll_forward(const LowLatencyParams& p, int num_blocks, cudaStream_t stream);
+// Marks this rank's outgoing combine messages with the step they hold (0: not forwarded).
+cudaError_t launch_ll_combine_seal(const LowLatencyParams& p, cudaStream_t stream);
 cudaError_t launch_ll_settle(const LowLatencyParams& p, cudaStream_t stream);
 // The combine across nodes: the forwarder's sums of its node's parts into its messages (after
 // launch_ll_combine's send part, before the exchange), and the source's node-ordered sum (after

@@ -155,6 +155,10 @@ cudaError_t launch_ll_combine_reduce(CombineDtype dtype, const LowLatencyParams&
   });
 }
 
+cudaError_t launch_ll_combine_seal(const LowLatencyParams& p, cudaStream_t stream) {
+  return launch_following(ll_combine_seal_kernel, 1, Policy::kMaxPeers, stream, p);
+}
+
 cudaError_t launch_ll_settle(const LowLatencyParams& p, cudaStream_t stream) {
   return launch_following(ll_settle_kernel, 1, Policy::kMaxPeers, stream, p);
 }
@@ -164,6 +168,7 @@ cudaError_t preload_ll_node_kernels() {
   cudaError_t s = cudaFuncGetAttributes(&a, ll_node_step_kernel);
   if (s == cudaSuccess) s = cudaFuncGetAttributes(&a, ll_forward_kernel);
   if (s == cudaSuccess) s = cudaFuncGetAttributes(&a, ll_settle_kernel);
+  if (s == cudaSuccess) s = cudaFuncGetAttributes(&a, ll_combine_seal_kernel);
   for (CombineDtype dtype : kAllCombineDtypes) {
     if (s != cudaSuccess) return s;
     s = formats::visit_format(dtype, [](auto format) {

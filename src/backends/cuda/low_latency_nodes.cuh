@@ -361,6 +361,22 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
   }
 }
 
+// After ll_combine_forward: marks each outgoing combine message with the step whose partials it
+// holds, or 0 when this rank's forward did not run this call (its node did not agree here, or an
+// error stopped it). The source sums a node's partials only under its own step
+// (ll_combine_reduce): a forwarder whose node agreement gave up locally while its word reached
+// the other nodes as accepted leaves an older call's partials in its message, never summed.
+// griddepcontrol.wait (ll_follow_previous_kernel) orders it after every row of the forward.
+__global__ void ll_combine_seal_kernel(LowLatencyParams p) {
+  ll_follow_previous_kernel();
+  const uint64_t step = p.state->step;
+  const bool ran = p.state->send_step == step && !block_sees_error(p.err);
+  for (int n = threadIdx.x; n < p.nodes.num_nodes; n += blockDim.x) {
+    if (n == p.nodes.node) continue;
+    *reinterpret_cast<uint64_t*>(ll_message_out(p, n) + p.msg.sent) = ran ? step : 0;
+  }
+}
+
 // Combine across nodes, the source's side (the receive part): item (token t, slice) of this
 // rank's tokens. out = bf16(sum over nodes n ascending of v_n) in fp32 from +0: v_n of this node
 // is the fp32 sum from +0 of its ranks' parts of t (ascending rank, each waited for by its ready
@@ -415,9 +431,17 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
 #pragma unroll
           for (int j = 0; j < kElemsPerLane; ++j) acc[0][j] = acc[0][j] + mine[0][j];
         } else {
-          add_row_steps<F, 1>(
-              p.msg_in + static_cast<int64_t>(nodes.slot(n)) * p.msg.bytes + p.msg.row(t),
-              payload_bytes, base, stop, lane, acc);
+          const char* msg = p.msg_in + static_cast<int64_t>(nodes.slot(n)) * p.msg.bytes;
+          const uint64_t sent = __ldcg(reinterpret_cast<const uint64_t*>(msg + p.msg.sent));
+          if (sent != step) {  // warp-uniform: one word
+            if (lane == 0) {
+              report_error(p.err, kDevPartialMissing, kPhaseCombineWait, info.rank,
+                           nodes.rail_peer(info.rank, n), static_cast<int64_t>(step),
+                           static_cast<int64_t>(sent), t, -1, n);
+            }
+            return;  // reported; the other warps stop at their next check or wait
+          }
+          add_row_steps<F, 1>(msg + p.msg.row(t), payload_bytes, base, stop, lane, acc);
         }
       }
       const int64_t elem = base + lane * kElemsPerLane;

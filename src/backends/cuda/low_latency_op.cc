@@ -67,6 +67,7 @@ void CudaOp::ll_dispatch_across_nodes(const LowLatencyParams& p, cudaStream_t st
 
 void CudaOp::ll_combine_across_nodes(const LowLatencyParams& p, cudaStream_t stream) {
   MOE_EP_CUDA_CHECK(launch_ll_combine_forward(config_.combine_dtype, p, data_blocks_, stream));
+  MOE_EP_CUDA_CHECK(launch_ll_combine_seal(p, stream));
   ll_combine_exchange_->launch(stream, p.err, p.timeout_ns);
   MOE_EP_CUDA_CHECK(launch_ll_forward(p, data_blocks_, stream));
   MOE_EP_CUDA_CHECK(launch_ll_settle(p, stream));

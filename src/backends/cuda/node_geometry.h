@@ -85,7 +85,7 @@ struct StageLayout {
 struct DecodeMessageLayout {
   int64_t step = 0;        // the sender's StepWire
   int64_t num_tokens = 0;  // dispatch: int32 T of the source
-  int64_t sent = 0;        // dispatch: uint64, the step whose rows the message holds
+  int64_t sent = 0;        // uint64, the step whose rows (dispatch) or partials (combine) it holds
   int64_t counts = 0;      // dispatch: [L * E/W] int32
   int64_t rows = 0;        // [Tmax] rows of `row_stride`
   int64_t row_stride = 0;
@@ -117,7 +117,8 @@ struct DecodeMessageLayout {
                                      int max_tokens) {
     DecodeMessageLayout m;
     m.step = 0;
-    m.rows = align16(step_bytes);
+    m.sent = align16(step_bytes);
+    m.rows = align16(m.sent + 8);
     m.row_stride = align16(combine_row_bytes);
     m.bytes = m.rows + m.row_stride * max_tokens;
     return m;
