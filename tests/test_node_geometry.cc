@@ -97,7 +97,9 @@ TEST(NodeGeometry, DecodeMessagesAreFixedSizedAlignedAndTheirFieldsDisjoint) {
                 DecodeMessageLayout::dispatch(step_bytes, payload, scales, topk, size, local, tmax);
             EXPECT_EQ(d.step, 0);
             EXPECT_GE(d.num_tokens, step_bytes);
-            EXPECT_GE(d.counts, d.num_tokens + 4);
+            EXPECT_GE(d.sent, d.num_tokens + 4);  // T, then the sent step (8-byte aligned)
+            EXPECT_EQ(d.sent % 8, 0);
+            EXPECT_GE(d.counts, d.sent + 8);
             EXPECT_GE(d.rows, d.counts + 4 * size * local);
             EXPECT_GE(d.row_ids, payload + scales);
             EXPECT_EQ(d.row_weights, d.row_ids + 4 * topk);
@@ -110,7 +112,9 @@ TEST(NodeGeometry, DecodeMessagesAreFixedSizedAlignedAndTheirFieldsDisjoint) {
             }
             const DecodeMessageLayout c =
                 DecodeMessageLayout::combine(step_bytes, payload + scales, tmax);
-            EXPECT_GE(c.rows, step_bytes);
+            EXPECT_GE(c.sent, step_bytes);  // the step word, then the sent step
+            EXPECT_EQ(c.sent % 8, 0);
+            EXPECT_GE(c.rows, c.sent + 8);
             EXPECT_EQ(c.rows % 16, 0);
             EXPECT_GE(c.row_stride, payload + scales);
             EXPECT_EQ(c.row_stride % 16, 0);

@@ -196,13 +196,8 @@ std::shared_ptr<Op> create_op(const std::shared_ptr<Communicator>& comm,
     check_config(config, cuda->size());
     MOE_EP_CHECK_ARG(cuda->size() <= Policy::kMaxPeers, "world_size=", cuda->size(),
                      " exceeds the CUDA backend's limit of ", Policy::kMaxPeers, " ranks");
-    // Several nodes (docs/multi-node.md): normal mode forwards through the transport; decode
-    // mode's capturable path across nodes is not built yet.
-    MOE_EP_CHECK_ARG(
-        !config.low_latency || config.ranks_per_node == 0 || config.ranks_per_node == cuda->size(),
-        "ranks_per_node=", config.ranks_per_node, " < world_size=", cuda->size(),
-        " with low_latency=true: decode mode across nodes is not yet supported by "
-        "the CUDA backend (use ranks_per_node=0, one node, or the CPU backend)");
+    // Several nodes (docs/multi-node.md): normal mode forwards through the transport, decode
+    // mode through one persistent exchange per call (its capturable path across nodes).
     // A node's ranks must reach each other by stores: each node inside one domain.
     const int domain = cuda->domain_size();
     if (domain < cuda->size()) {

@@ -95,6 +95,26 @@ CudaOp::CudaOp(std::shared_ptr<CudaComm> comm, const OpConfig& config, int num_s
     exchanged_ = std::make_unique<Event>();
     staged_rows_.assign(remote, 0);
     forwarded_rows_host_.assign(remote, 0);
+    if (config.low_latency) {
+      ll_msg_dispatch_ = DecodeMessageLayout::dispatch(
+          sizeof(StepWire), dispatch_wire.payload_bytes, dispatch_wire.scale_bytes, config.topk,
+          nodes_.node_size, layout_.local_experts, config.max_tokens_per_rank);
+      const size_t bytes = remote * static_cast<size_t>(ll_msg_dispatch_.bytes);
+      ll_msg_out_ = DeviceArray<char>(device_, bytes);
+      ll_msg_in_ = DeviceArray<char>(device_, bytes);
+      // Zero: no message holds a step's rows before its first send (`sent` 0, steps start at 1).
+      ll_msg_out_.zero(comm_->internal_stream());
+      ll_msg_in_.zero(comm_->internal_stream());
+      ll_forward_counter_ = DeviceArray<unsigned int>(device_, 1);
+      ll_forward_counter_.zero(comm_->internal_stream());
+      ll_msg_combine_ = DecodeMessageLayout::combine(sizeof(StepWire), layout_.combine_row_bytes,
+                                                     config.max_tokens_per_rank);
+      const size_t combine_bytes = remote * static_cast<size_t>(ll_msg_combine_.bytes);
+      ll_cmsg_out_ = DeviceArray<char>(device_, combine_bytes);
+      ll_cmsg_in_ = DeviceArray<char>(device_, combine_bytes);
+      ll_cmsg_out_.zero(comm_->internal_stream());
+      ll_cmsg_in_.zero(comm_->internal_stream());
+    }
   }
   if (config.copy_engine) {  // normal mode on one node (check_config)
     ce_stage_ = DeviceArray<char>(device_, static_cast<size_t>(layout_.recv_fwd_row_offset(0)));
@@ -186,6 +206,28 @@ void CudaOp::publish() {
     for (int r = 0; r < world_size_; ++r) {
       if (!nodes_.same_node(r)) peers_.base[r] = nullptr;
     }
+  }
+  // Decode mode across nodes: one persistent exchange for the dispatch's messages, every rank
+  // with its rail peers on the other nodes (collective: every rank makes it, in this order).
+  if (config_.low_latency && nodes_.several()) {
+    std::vector<TransferPart> sends, recvs;
+    const size_t bytes = static_cast<size_t>(ll_msg_dispatch_.bytes);
+    for (int m = 0; m < nodes_.num_nodes - 1; ++m) {
+      const int peer = nodes_.rail_peer(rank_, nodes_.node_of_slot(m));
+      sends.push_back({peer, ll_msg_out_.get() + m * bytes, bytes});
+      recvs.push_back({peer, ll_msg_in_.get() + m * bytes, bytes});
+    }
+    ll_dispatch_exchange_ = comm_->transport().persistent(sends, recvs, comm_->internal_stream());
+    // And one for the combine's messages (the forwarders' partials), made second on every rank.
+    sends.clear();
+    recvs.clear();
+    const size_t combine_bytes = static_cast<size_t>(ll_msg_combine_.bytes);
+    for (int m = 0; m < nodes_.num_nodes - 1; ++m) {
+      const int peer = nodes_.rail_peer(rank_, nodes_.node_of_slot(m));
+      sends.push_back({peer, ll_cmsg_out_.get() + m * combine_bytes, combine_bytes});
+      recvs.push_back({peer, ll_cmsg_in_.get() + m * combine_bytes, combine_bytes});
+    }
+    ll_combine_exchange_ = comm_->transport().persistent(sends, recvs, comm_->internal_stream());
   }
   // Copy-engine path: dispatch's pack stores other ranks' rows into the staging area, its own
   // into its buffer (NotifyParams::ce_stage_offset gives the rows).
@@ -510,7 +552,19 @@ void CudaOp::reject(CallKind kind, const std::string& reason, void* stream_arg) 
     if (decode) {
       // Decode calls agree through decode mode's own step words.
       write_my_reason(verdict.error);
-      MOE_EP_CUDA_CHECK(launch_ll_step(ll_params(kind, /*host_rejected=*/true), stream));
+      const LowLatencyParams p = ll_params(kind, /*host_rejected=*/true);
+      if (nodes_.several()) {
+        // Across nodes: the node's agreement, then the exchange, forward and settle every call
+        // of its kind takes.
+        MOE_EP_CUDA_CHECK(launch_ll_node_step(p, stream));
+        if (kind == CallKind::kLowLatencyDispatch) {
+          ll_dispatch_across_nodes(p, stream);
+        } else {
+          ll_combine_across_nodes(p, stream);
+        }
+      } else {
+        MOE_EP_CUDA_CHECK(launch_ll_step(p, stream));
+      }
       last_kind_ = kind;
       last_verdict_ = verdict;
     } else {

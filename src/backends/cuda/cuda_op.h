@@ -67,6 +67,17 @@ class CudaOp final : public OpBase {
   // Decode mode: the parameters every decode kernel shares, and the views of the slabs.
   LowLatencyParams ll_params(CallKind kind, bool host_rejected) const;
   LowLatencyDispatchResult ll_result() const;
+  // Decode mode across nodes (low_latency_op.cc): the dispatch's step agreed inside the node
+  // (ll_node_step), then, after the send when there is one, ll_dispatch_across_nodes: the
+  // persistent exchange of the messages, the forwarder's stores and the settle over all W words.
+  // Every dispatch call takes both on every rank, accepted or not (same launches every call).
+  void ll_dispatch_across_nodes(const LowLatencyParams& p, cudaStream_t stream);
+  // The combine's counterpart, after ll_node_step and the send part of launch_ll_combine when
+  // there is one: the forwarder's sums into its messages, the persistent exchange, the step words
+  // forwarded and the settle. Every combine call takes it on every rank, accepted or not, hooked
+  // or not (one exchange per call); the node-ordered sum (launch_ll_combine_reduce) follows, or
+  // is the receive part with a hook.
+  void ll_combine_across_nodes(const LowLatencyParams& p, cudaStream_t stream);
   // Starts a call on `stream` behind the op's previous one (skipped while the stream is being
   // captured: the graph orders its nodes) and ends it.
   bool capturing(cudaStream_t stream) const;
@@ -222,6 +233,21 @@ class CudaOp final : public OpBase {
   DeviceArray<int32_t> ll_src_rank_;       // [E/W, W*Tmax]
   DeviceArray<int32_t> ll_src_token_;      // [E/W, W*Tmax]
   DeviceArray<int32_t> ll_src_slot_;       // [E/W, W*Tmax]
+  // Decode mode across nodes (low_latency_nodes.cuh), allocated only with low_latency and
+  // several nodes: the dispatch's messages to and from the rail peers on the other nodes, by
+  // remote node slot, and the persistent exchange that moves them (made in publish()).
+  DecodeMessageLayout ll_msg_dispatch_;
+  DeviceArray<char> ll_msg_out_;                  // [N - 1][ll_msg_dispatch_.bytes]
+  DeviceArray<char> ll_msg_in_;                   // [N - 1][ll_msg_dispatch_.bytes]
+  DeviceArray<unsigned int> ll_forward_counter_;  // [1]
+  std::unique_ptr<PersistentExchange> ll_dispatch_exchange_;
+  // The combine's: the forwarders' partials (DecodeMessageLayout::combine), out to and in from
+  // the rail peers, by remote node slot, and their exchange (made in publish(), after the
+  // dispatch's).
+  DecodeMessageLayout ll_msg_combine_;
+  DeviceArray<char> ll_cmsg_out_;  // [N - 1][ll_msg_combine_.bytes]
+  DeviceArray<char> ll_cmsg_in_;   // [N - 1][ll_msg_combine_.bytes]
+  std::unique_ptr<PersistentExchange> ll_combine_exchange_;
 };
 
 }  // namespace moe_ep::cuda_backend

@@ -23,6 +23,11 @@ enum DeviceErrorCode : int32_t {
   // A deferred receive (overlap hooks) whose send part did not run on the device: expected is
   // the send part's decode step, seen the step of the latest call of that kind that ran.
   kDevReceiveWithoutSend = 7,
+  // Decode combine across nodes: the message from node `value`'s forwarder (rank `peer`) does
+  // not hold this call's partials: expected is the call's step, seen the step it holds (0 when
+  // the forwarder did not forward this call: its node's agreement failed there, or an error
+  // stopped it). Nothing older is summed.
+  kDevPartialMissing = 8,
 };
 
 enum DevicePhase : int32_t {

@@ -72,6 +72,12 @@ void CudaOp::raise_device_error(const char* call, const StepVerdict* mine, bool 
         e.rank, " waited for rank ", e.peer, " (expected ", e.expected, ", saw ", e.seen,
         "); the peer is dead or not calling the same op (MOE_EP_TIMEOUT_S)")));
   }
+  if (e.code == kDevPartialMissing) {
+    poison_and_throw(RemoteError(detail::concat(
+        "node ", e.value, "'s partials of this call did not reach rank ", e.rank,
+        ": its forwarder, rank ", e.peer, ", did not forward them (its message holds step ", e.seen,
+        ", expected ", e.expected, "); that rank's own error says why", where)));
+  }
   const bool known = e.code == kDevOk || e.code == kDevStepFailed || e.code == kDevBadExpert ||
                      e.code == kDevDupExpert || e.code == kDevNonfiniteX ||
                      e.code == kDevNonfiniteW;

@@ -276,6 +276,11 @@ struct LowLatencyState {
   // (dispatch_step or combine_step): if the send part's step failed and the failure was raised
   // by another call, the pending receive would otherwise take an earlier call's rows.
   uint64_t hooked_step;
+  // Several nodes (low_latency_nodes.cuh): the step whose agreement inside this rank's node
+  // passed (its sends may go; 0 when it failed), and the step whose node agreement gave up on a
+  // wait (already reported: the settle does not wait again).
+  uint64_t send_step;
+  uint64_t node_gave_up;
 };
 
 // What one launch of the decode combine kernel does: all of it, or, with overlap hooks, the
@@ -320,6 +325,15 @@ struct LowLatencyParams {
   unsigned int* tickets;  // [3]: combine tickets [2], send block counter
   uint64_t timeout_ns;
   ErrorSink err;
+  // Several nodes (nodes.several(); low_latency_nodes.cuh): the messages of the leg in flight
+  // (the dispatch's or the combine's, by `kind`), one per remote node slot (DecodeMessageLayout
+  // `msg`, `msg.bytes` apart): this rank's to its rail peers, and theirs as the persistent
+  // exchange delivered them.
+  NodeInfo nodes;
+  DecodeMessageLayout msg;
+  char* msg_out;                  // [N - 1][msg.bytes]
+  const char* msg_in;             // [N - 1][msg.bytes]
+  unsigned int* forward_counter;  // [1] ll_forward's last-block-done counter
 };
 
 cudaError_t launch_step(const StepParams& p, cudaStream_t stream);
@@ -365,6 +379,22 @@ cudaError_t launch_ll_dispatch(DispatchDtype dtype, bool prequantized, const Low
                                int num_blocks, cudaStream_t stream);
 cudaError_t launch_ll_combine(CombineDtype dtype, const LowLatencyParams& p, int num_blocks,
                               cudaStream_t stream);
+// Decode mode across nodes (low_latency_nodes.cu; docs/multi-node.md, "Decode mode across
+// nodes"): the step agreed inside the node, with this rank's word put into its messages; after
+// the persistent exchange, the forwarder's stores into its node's ranks; the settle over all W
+// step words. launch_ll_send takes its path across nodes when p.nodes.several().
+cudaError_t launch_ll_node_step(const LowLatencyParams& p, cudaStream_t stream);
+cudaError_t launch_ll_forward(const LowLatencyParams& p, int num_blocks, cudaStream_t stream);
+// Marks this rank's outgoing combine messages with the step they hold (0: not forwarded).
+cudaError_t launch_ll_combine_seal(const LowLatencyParams& p, cudaStream_t stream);
+cudaError_t launch_ll_settle(const LowLatencyParams& p, cudaStream_t stream);
+// The combine across nodes: the forwarder's sums of its node's parts into its messages (after
+// launch_ll_combine's send part, before the exchange), and the source's node-ordered sum (after
+// the settle; the receive part with hooks). A combine's launch_ll_forward stores step words only.
+cudaError_t launch_ll_combine_forward(CombineDtype dtype, const LowLatencyParams& p, int num_blocks,
+                                      cudaStream_t stream);
+cudaError_t launch_ll_combine_reduce(CombineDtype dtype, const LowLatencyParams& p, int num_blocks,
+                                     cudaStream_t stream);
 // The one-GPU world's persistent exchange (loopback.cu): send part b waits until the receiver's
 // `ready` flag (in this rank's ready flags) holds the launch's sequence number, goes from `src`
 // to the receiver's `dst`, then the number goes to the receiver's data `flag` for this rank.
@@ -407,6 +437,7 @@ cudaError_t preload_combine_kernels();
 cudaError_t preload_copy_engine_kernels();
 cudaError_t preload_node_kernels();
 cudaError_t preload_ll_kernels();
+cudaError_t preload_ll_node_kernels();
 cudaError_t preload_symmetric_kernels();
 cudaError_t preload_loopback_kernels();
 // Once per device and process; later calls return at once. Throws on a CUDA error.

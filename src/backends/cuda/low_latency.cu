@@ -1,7 +1,10 @@
-// Instantiations and launchers of the decode-mode kernels (low_latency.cuh), one per wire format.
+// Instantiations and launchers of the decode-mode kernels (low_latency.cuh), one per wire format,
+// and of decode mode's kernels across nodes (low_latency_nodes.cuh; in this translation unit
+// because ll_step_kernel, which both headers define, is not a template).
 
 #include "backends/cuda/low_latency.cuh"
 #include "backends/cuda/low_latency_combine.cuh"
+#include "backends/cuda/low_latency_nodes.cuh"
 
 namespace moe_ep::cuda_backend {
 namespace {
@@ -102,6 +105,80 @@ cudaError_t preload_ll_kernels() {
     });
   }
   return status;
+}
+
+cudaError_t launch_ll_node_step(const LowLatencyParams& p, cudaStream_t stream) {
+  return launch_following(ll_node_step_kernel, 1, Policy::kMaxPeers, stream, p);
+}
+
+cudaError_t launch_ll_forward(const LowLatencyParams& p, int num_blocks, cudaStream_t stream) {
+  // One warp per (remote node, token) at most; the same grid every call (capturable). A
+  // combine's forward stores the step words only: one block.
+  if (p.kind != static_cast<int>(CallKind::kLowLatencyDispatch)) num_blocks = 1;
+  const int64_t warps_per_block = Policy::kDataThreads / 32;
+  const int64_t items = static_cast<int64_t>(p.nodes.num_nodes - 1) * p.info.max_tokens;
+  int64_t blocks = (items + warps_per_block - 1) / warps_per_block;
+  if (blocks > num_blocks) blocks = num_blocks;
+  if (blocks < 1) blocks = 1;
+  return launch_following(ll_forward_kernel, static_cast<int>(blocks), Policy::kDataThreads, stream,
+                          p);
+}
+
+cudaError_t launch_ll_combine_forward(CombineDtype dtype, const LowLatencyParams& p, int num_blocks,
+                                      cudaStream_t stream) {
+  return formats::visit_format(dtype, [&](auto format) {
+    using F = decltype(format);
+    // One warp per (remote node, token, slice) at most; the same grid every call (capturable).
+    const int64_t warps_per_block = Policy::kDataThreads / 32;
+    const int64_t items =
+        static_cast<int64_t>(p.nodes.num_nodes - 1) * p.info.max_tokens * p.layout.ll_slices;
+    int64_t blocks = (items + warps_per_block - 1) / warps_per_block;
+    if (blocks > num_blocks) blocks = num_blocks;
+    if (blocks < 1) blocks = 1;
+    return launch_following(ll_combine_forward_kernel<F>, static_cast<int>(blocks),
+                            Policy::kDataThreads, stream, p);
+  });
+}
+
+cudaError_t launch_ll_combine_reduce(CombineDtype dtype, const LowLatencyParams& p, int num_blocks,
+                                     cudaStream_t stream) {
+  return formats::visit_format(dtype, [&](auto format) {
+    using F = decltype(format);
+    // Sized by Tmax, not T: the same grid every call with the same shapes.
+    const int64_t warps_per_block = Policy::kDataThreads / 32;
+    const int64_t items = static_cast<int64_t>(p.info.max_tokens) * p.layout.ll_slices;
+    int64_t blocks = (items + warps_per_block - 1) / warps_per_block;
+    if (blocks > num_blocks) blocks = num_blocks;
+    if (blocks < 1) blocks = 1;
+    return launch_following(ll_combine_reduce_kernel<F>, static_cast<int>(blocks),
+                            Policy::kDataThreads, stream, p);
+  });
+}
+
+cudaError_t launch_ll_combine_seal(const LowLatencyParams& p, cudaStream_t stream) {
+  return launch_following(ll_combine_seal_kernel, 1, Policy::kMaxPeers, stream, p);
+}
+
+cudaError_t launch_ll_settle(const LowLatencyParams& p, cudaStream_t stream) {
+  return launch_following(ll_settle_kernel, 1, Policy::kMaxPeers, stream, p);
+}
+
+cudaError_t preload_ll_node_kernels() {
+  cudaFuncAttributes a;
+  cudaError_t s = cudaFuncGetAttributes(&a, ll_node_step_kernel);
+  if (s == cudaSuccess) s = cudaFuncGetAttributes(&a, ll_forward_kernel);
+  if (s == cudaSuccess) s = cudaFuncGetAttributes(&a, ll_settle_kernel);
+  if (s == cudaSuccess) s = cudaFuncGetAttributes(&a, ll_combine_seal_kernel);
+  for (CombineDtype dtype : kAllCombineDtypes) {
+    if (s != cudaSuccess) return s;
+    s = formats::visit_format(dtype, [](auto format) {
+      using F = decltype(format);
+      cudaFuncAttributes b;
+      const cudaError_t e = cudaFuncGetAttributes(&b, ll_combine_forward_kernel<F>);
+      return e == cudaSuccess ? cudaFuncGetAttributes(&b, ll_combine_reduce_kernel<F>) : e;
+    });
+  }
+  return s;
 }
 
 }  // namespace moe_ep::cuda_backend

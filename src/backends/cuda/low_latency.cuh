@@ -124,6 +124,31 @@ __device__ __forceinline__ uint64_t token_destinations(const int32_t* slots, con
   return static_cast<uint64_t>(hi) << 32 | lo;
 }
 
+// Several nodes (low_latency_nodes.cuh): this rank's message of the leg in flight for node `n`
+// (another node), and whether a destination rank is reached by stores (this node's ranks; with
+// one node, every rank).
+__device__ __forceinline__ char* ll_message_out(const LowLatencyParams& p, int n) {
+  return p.msg_out + static_cast<int64_t>(p.nodes.slot(n)) * p.msg.bytes;
+}
+__device__ __forceinline__ bool ll_by_store(const LowLatencyParams& p, int d) {
+  return !p.nodes.several() || p.nodes.same_node(d);
+}
+
+// Where token t's encoded row goes for destination d of `mask` (its destinations): d's stage
+// row when d is reached by stores; else, for the lowest destination of d's node only, row t of
+// this rank's message for that node (nullptr for the node's other destinations: one row per
+// node crosses the network).
+__device__ __forceinline__ char* ll_send_row(const LowLatencyParams& p, int d, int64_t t,
+                                             uint64_t mask) {
+  if (ll_by_store(p, d)) return p.peers.base[d] + p.layout.ll_stage_offset(p.info.rank, t);
+  const int n = d / p.nodes.node_size;
+  const uint64_t below = mask & ((1ull << d) - 1);
+  const uint64_t node_bits = (p.nodes.node_size >= 64 ? ~0ull : (1ull << p.nodes.node_size) - 1)
+                             << (n * p.nodes.node_size);
+  if ((below & node_bits) != 0) return nullptr;
+  return ll_message_out(p, n) + p.msg.row(t);
+}
+
 // The rank of each slot of token t among this rank's tokens naming the same expert (how many
 // earlier tokens name it), stored in the slot's meta word at its destination, with bit 31 set
 // when an earlier slot of the token names the same expert; each expert a token names once adds
@@ -178,9 +203,17 @@ __device__ __forceinline__ void ll_send_slot_ranks(const LowLatencyParams& p, in
     bool first = true;
     for (int j = 0; j < k; ++j) first = first && slots[j] != e;
     const int d = e / info.experts_per_rank;
-    char* meta = p.peers.base[d] + p.layout.ll_meta_offset(info.rank, t);
-    reinterpret_cast<int32_t*>(meta)[2 * k_slots + k] =
+    const int32_t value =
         first ? rank[h] : static_cast<int32_t>(static_cast<uint32_t>(rank[h]) | 0x80000000u);
+    if (ll_by_store(p, d)) {
+      char* meta = p.peers.base[d] + p.layout.ll_meta_offset(info.rank, t);
+      reinterpret_cast<int32_t*>(meta)[2 * k_slots + k] = value;
+    } else {
+      // Another node: the slot's rank goes into the message for that node (its forwarder stores
+      // it into d's meta, as above).
+      char* row = ll_message_out(p, d / p.nodes.node_size) + p.msg.row(t);
+      reinterpret_cast<int32_t*>(row + p.msg.row_ranks)[k] = value;
+    }
     if (first) atomicAdd(p.send_counts + e, 1);
   }
 }
@@ -193,8 +226,12 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
   const WarpCoord c = warp_coord();
   const RankInfo& info = p.info;
   // This dispatch's step: the step kernel just before set it (the call ran, or the error flag
-  // stopped this kernel above).
-  const uint64_t step = p.state->dispatch_step;
+  // stopped this kernel above). Several nodes: the step in flight, whose verdict the settle
+  // gives only after the exchange; the node agreed first (ll_node_step_kernel), and when it did
+  // not, nothing is sent (the message's `sent` step stays old, so its rows are not forwarded).
+  const bool nodes = p.nodes.several();
+  const uint64_t step = nodes ? p.state->step : p.state->dispatch_step;
+  if (nodes && p.state->send_step != step) return;  // every block alike
   const int64_t slices =
       kPrequantized ? 1
                     : (info.hidden + Policy::kDispatchSliceElems - 1) / Policy::kDispatchSliceElems;
@@ -210,13 +247,30 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
       const uint64_t mask = token_destinations(slots, info, c.lane);
       if (c.lane == 0) p.token_mask[t] = mask;
       for (int d = c.lane; d < info.world_size; d += 32) {
+        if (!ll_by_store(p, d)) continue;  // another node's forwarder stores its flags
         const bool here = (mask >> d) & 1;
         // Plain stores: the done word released after them orders them.
         *reinterpret_cast<uint64_t*>(p.peers.base[d] + p.layout.ll_flag_offset(info.rank, t)) =
             step << 1 | (here ? 1 : 0);
       }
+      if (nodes) {
+        // Every other node's message carries the token's global ids and weights (whether or not
+        // it goes there): its forwarder derives each of its ranks' flags and metadata from them.
+        for (int n = 0; n < p.nodes.num_nodes; ++n) {
+          if (n == p.nodes.node) continue;
+          char* row = ll_message_out(p, n) + p.msg.row(t);
+          for (int k = c.lane; k < info.topk; k += 32) {
+            const int32_t e = slots[k];
+            reinterpret_cast<int32_t*>(row + p.msg.row_ids)[k] =
+                e >= 0 && e < info.num_experts ? e : -1;
+            reinterpret_cast<float*>(row + p.msg.row_weights)[k] =
+                p.topk_weights[t * info.topk + k];
+          }
+        }
+      }
       for (uint64_t m = mask; m != 0;) {
         const int d = next_dest(m);
+        if (!ll_by_store(p, d)) continue;
         char* meta = p.peers.base[d] + p.layout.ll_meta_offset(info.rank, t);
         for (int k = c.lane; k < info.topk; k += 32) {
           const int32_t e = slots[k];
@@ -240,7 +294,8 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
       const auto* src_scales = static_cast<const uint8_t*>(p.x_scales) + t * scale_bytes;
       for (uint64_t m = mask; m != 0;) {
         const int d = next_dest(m);
-        char* row = p.peers.base[d] + p.layout.ll_stage_offset(info.rank, t);
+        char* row = ll_send_row(p, d, t, mask);
+        if (row == nullptr) continue;
         for (int64_t i = c.lane; i < vectors; i += 32) {
           reinterpret_cast<uint4*>(row)[i] = load_stream(src + i);
         }
@@ -264,8 +319,10 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
         formats::encode_lane<F>(v[u], word, params);
         for (uint64_t m = mask; m != 0;) {
           const int d = next_dest(m);
-          char* row = p.peers.base[d] + p.layout.ll_stage_offset(info.rank, t);
-          if (elem < hidden) store_lane<F>(row, row + payload_bytes, elem, word, params);
+          char* row = ll_send_row(p, d, t, mask);
+          if (row != nullptr && elem < hidden) {
+            store_lane<F>(row, row + payload_bytes, elem, word, params);
+          }
         }
       }
     }
@@ -273,17 +330,36 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
   // The last block stores this rank's per-expert token counts into every destination's counts
   // row (resetting them for the next call) before the done words: a destination that sees its
   // done word sees the counts and the rows.
-  signal_when_grid_done(p.tickets + 2, p.peers.base, info.world_size,
-                        p.layout.ll_done_offset(info.rank), step << 32 | p.num_tokens, [&] {
-                          for (int e = threadIdx.x; e < info.num_experts; e += blockDim.x) {
-                            const int d = e / info.experts_per_rank;
-                            const int32_t n = atomicExch(p.send_counts + e, 0);
-                            *reinterpret_cast<int32_t*>(
-                                p.peers.base[d] + p.layout.ll_counts_offset(
-                                                      info.rank, e - d * info.experts_per_rank)) =
-                                n;
-                          }
-                        });
+  // Several nodes: the counts of another node's experts go into the message for it, then its
+  // header's T and `sent` step; the done words go to this node's ranks only.
+  const int first = nodes ? p.nodes.first_rank() : 0;
+  signal_when_grid_done(
+      p.tickets + 2, p.peers.base + first, nodes ? p.nodes.node_size : info.world_size,
+      p.layout.ll_done_offset(info.rank), step << 32 | p.num_tokens, [&] {
+        for (int e = threadIdx.x; e < info.num_experts; e += blockDim.x) {
+          const int d = e / info.experts_per_rank;
+          const int32_t n = atomicExch(p.send_counts + e, 0);
+          if (ll_by_store(p, d)) {
+            *reinterpret_cast<int32_t*>(
+                p.peers.base[d] +
+                p.layout.ll_counts_offset(info.rank, e - d * info.experts_per_rank)) = n;
+          } else {
+            const int node = d / p.nodes.node_size;
+            const int64_t node_first_expert =
+                static_cast<int64_t>(node) * p.nodes.node_size * info.experts_per_rank;
+            reinterpret_cast<int32_t*>(ll_message_out(p, node) +
+                                       p.msg.counts)[e - node_first_expert] = n;
+          }
+        }
+        if (nodes) {
+          for (int n = threadIdx.x; n < p.nodes.num_nodes; n += blockDim.x) {
+            if (n == p.nodes.node) continue;
+            char* msg = ll_message_out(p, n);
+            *reinterpret_cast<int32_t*>(msg + p.msg.num_tokens) = p.num_tokens;
+            *reinterpret_cast<uint64_t*>(msg + p.msg.sent) = step;
+          }
+        }
+      });
 }
 
 // Waits (bounded) for every source's done word of this step; returns false when a wait gave up.

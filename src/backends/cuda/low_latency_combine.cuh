@@ -113,8 +113,14 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
   const WarpCoord c = warp_coord();
   const RankInfo& info = p.info;
   // This combine's step (combine_step, as the expand's dispatch_step) tags its slices' flags.
-  const uint64_t tag = kDecodeTag | p.state->combine_step;
-  if (!ll_receive_has_its_send(p, p.state->combine_step, kPhaseCombineWait)) return;
+  // Several nodes (low_latency_nodes.cuh): only the send part runs here, before the settle, so
+  // the step in flight tags the flags, and nothing is sent unless this rank's node agreed on it
+  // (every block alike; no ticket is taken).
+  const bool nodes = p.nodes.several();
+  const uint64_t combine_step = nodes ? p.state->step : p.state->combine_step;
+  if (nodes && p.state->send_step != combine_step) return;
+  const uint64_t tag = kDecodeTag | combine_step;
+  if (!ll_receive_has_its_send(p, combine_step, kPhaseCombineWait)) return;
   const char* self = p.peers.base[info.rank];
   const int hidden = info.hidden;
   const int k_slots = info.topk;
@@ -152,12 +158,21 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
       const LocalSlots slots =
           load_local_slots(p.slot_rows + (static_cast<int64_t>(s) * info.max_tokens + t) * k_slots,
                            meta + k_slots, k_slots, c.lane);
+      // Where the part goes: s's combine row (this rank, t); for s on another node, this node's
+      // forwarder for s (its rail peer here), at combine slot (s's node * L + this rank's place
+      // in its node, t), the slot normal mode's path across nodes uses (a rank of s's node never
+      // stores there: its rows reach the forwarder's own tokens only from this node's ranks).
+      int dest = s, slot = info.rank;
+      if (nodes && !p.nodes.same_node(s)) {
+        dest = p.nodes.rail_peer(s, p.nodes.node);
+        slot = p.nodes.rail_peer(info.rank, s / p.nodes.node_size);
+      }
       // Two warp steps at a time: each already has a group of slots' loads in flight.
       send_combine_range<F, 2>(
           [&](int64_t elem) { return weighted_slot_sum(slots, p.y, elem, hidden, k_slots); }, begin,
-          stop, hidden, p.peers.base[s] + p.layout.combine_row_offset(info.rank, t),
-          reinterpret_cast<uint64_t*>(p.peers.base[s] +
-                                      p.layout.ll_ready_offset(info.rank, t, slice)),
+          stop, hidden, p.peers.base[dest] + p.layout.combine_row_offset(slot, t),
+          reinterpret_cast<uint64_t*>(p.peers.base[dest] +
+                                      p.layout.ll_ready_offset(slot, t, slice)),
           tag, c.lane);
     } else {
       const int64_t t = row_item;

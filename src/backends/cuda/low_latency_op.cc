@@ -48,7 +48,29 @@ LowLatencyParams CudaOp::ll_params(CallKind kind, bool host_rejected) const {
   p.tickets = ll_tickets_.get();
   p.timeout_ns = timeout_ns();
   p.err = error_sink();
+  p.nodes = nodes_;
+  if (nodes_.several()) {
+    const bool dispatch = kind == CallKind::kLowLatencyDispatch;
+    p.msg = dispatch ? ll_msg_dispatch_ : ll_msg_combine_;
+    p.msg_out = dispatch ? ll_msg_out_.get() : ll_cmsg_out_.get();
+    p.msg_in = dispatch ? ll_msg_in_.get() : ll_cmsg_in_.get();
+    p.forward_counter = ll_forward_counter_.get();
+  }
   return p;
+}
+
+void CudaOp::ll_dispatch_across_nodes(const LowLatencyParams& p, cudaStream_t stream) {
+  ll_dispatch_exchange_->launch(stream, p.err, p.timeout_ns);
+  MOE_EP_CUDA_CHECK(launch_ll_forward(p, data_blocks_, stream));
+  MOE_EP_CUDA_CHECK(launch_ll_settle(p, stream));
+}
+
+void CudaOp::ll_combine_across_nodes(const LowLatencyParams& p, cudaStream_t stream) {
+  MOE_EP_CUDA_CHECK(launch_ll_combine_forward(config_.combine_dtype, p, data_blocks_, stream));
+  MOE_EP_CUDA_CHECK(launch_ll_combine_seal(p, stream));
+  ll_combine_exchange_->launch(stream, p.err, p.timeout_ns);
+  MOE_EP_CUDA_CHECK(launch_ll_forward(p, data_blocks_, stream));
+  MOE_EP_CUDA_CHECK(launch_ll_settle(p, stream));
 }
 
 LowLatencyDispatchResult CudaOp::ll_result() const {
@@ -100,7 +122,9 @@ LowLatencyDispatchResult CudaOp::low_latency_dispatch(const LowLatencyDispatchAr
     }
     LowLatencyParams p = ll_params(CallKind::kLowLatencyDispatch, !accepted);
     p.hooked_send = accepted && args.return_recv_hook;  // its receive part checks this step
-    MOE_EP_CUDA_CHECK(launch_ll_step(p, stream));
+    const bool across_nodes = nodes_.several();
+    // Across nodes the node agrees first; the verdict of every rank comes with the settle.
+    MOE_EP_CUDA_CHECK(across_nodes ? launch_ll_node_step(p, stream) : launch_ll_step(p, stream));
     last_kind_ = CallKind::kLowLatencyDispatch;
     last_verdict_ = verdict;
     if (accepted) {
@@ -109,6 +133,20 @@ LowLatencyDispatchResult CudaOp::low_latency_dispatch(const LowLatencyDispatchAr
       p.topk_idx = args.topk_idx.ptr<int32_t>();
       p.topk_weights = args.topk_weights.ptr<float>();
       p.num_tokens = static_cast<int32_t>(num_tokens);
+    }
+    if (across_nodes) {
+      // Send (when accepted), then the exchange, forward and settle, which every rank takes in
+      // every dispatch; with the hook too (the exchange count must not depend on the hooks), so
+      // the receive part is the expand alone, as on one node.
+      if (accepted) {
+        MOE_EP_CUDA_CHECK(
+            launch_ll_send(config_.dispatch_dtype, prequantized, p, data_blocks_, stream));
+      }
+      ll_dispatch_across_nodes(p, stream);
+      if (accepted && !args.return_recv_hook) {
+        MOE_EP_CUDA_CHECK(launch_ll_expand(config_.dispatch_dtype, p, data_blocks_, stream));
+      }
+    } else if (accepted) {
       // With the hook, the expand (which waits for every source) is the receive part's.
       MOE_EP_CUDA_CHECK(
           args.return_recv_hook
@@ -116,7 +154,8 @@ LowLatencyDispatchResult CudaOp::low_latency_dispatch(const LowLatencyDispatchAr
               : launch_ll_dispatch(config_.dispatch_dtype, prequantized, p, data_blocks_, stream));
     }
     if (!in_graph) end_call(stream);
-    if (!accepted) MOE_EP_CUDA_CHECK(cudaEventSynchronize(call_done_.get()));
+    // Across nodes the stream holds the exchange, whose NCCL receive has no limit: bounded.
+    if (!accepted) host_wait(call_done_.get(), "low_latency_dispatch");
   } catch (const CudaError& e) {
     poison_and_throw(e);
   }
@@ -187,19 +226,37 @@ void CudaOp::low_latency_combine(const TensorView& y, const LowLatencyHandle& ha
     }
     LowLatencyParams p = ll_params(CallKind::kLowLatencyCombine, !accepted);
     p.hooked_send = accepted && return_recv_hook;  // its receive part checks this step
-    MOE_EP_CUDA_CHECK(launch_ll_step(p, stream));
+    const bool across_nodes = nodes_.several();
+    // Across nodes the node agrees first; the verdict of every rank comes with the settle.
+    MOE_EP_CUDA_CHECK(across_nodes ? launch_ll_node_step(p, stream) : launch_ll_step(p, stream));
     last_kind_ = CallKind::kLowLatencyCombine;
     last_verdict_ = verdict;
     if (accepted) {
       p.y = y.ptr<uint16_t>();
       p.out = out.ptr<uint16_t>();
+    }
+    if (across_nodes) {
+      // The expert side's sends (when accepted), then the forwarders' sums, the exchange, the
+      // step words and the settle, which every rank takes in every combine, with the hook too
+      // (the exchange count must not depend on the hooks); the node-ordered sum is the receive
+      // part.
+      if (accepted) {
+        p.combine_phase = kLlCombineSend;
+        MOE_EP_CUDA_CHECK(launch_ll_combine(config_.combine_dtype, p, data_blocks_, stream));
+      }
+      ll_combine_across_nodes(p, stream);
+      if (accepted && !return_recv_hook) {
+        MOE_EP_CUDA_CHECK(launch_ll_combine_reduce(config_.combine_dtype, p, data_blocks_, stream));
+      }
+    } else if (accepted) {
       // With the hook, the token-side sum (which waits for the peers' rows) is the receive
       // part's.
       p.combine_phase = return_recv_hook ? kLlCombineSend : kLlCombineAll;
       MOE_EP_CUDA_CHECK(launch_ll_combine(config_.combine_dtype, p, data_blocks_, stream));
     }
     if (!in_graph) end_call(stream);
-    if (!accepted) MOE_EP_CUDA_CHECK(cudaEventSynchronize(call_done_.get()));
+    // Across nodes the stream holds the exchange, whose NCCL receive has no limit: bounded.
+    if (!accepted) host_wait(call_done_.get(), "low_latency_combine");
   } catch (const CudaError& e) {
     poison_and_throw(e);
   }
@@ -227,7 +284,10 @@ void CudaOp::low_latency_combine_recv(const LowLatencyHandle& handle, void* stre
     p.out = pending.out.ptr<uint16_t>();
     p.combine_phase = kLlCombineReceive;
     p.deferred_receive = true;  // checks that the send part ran, as the dispatch's expand
-    MOE_EP_CUDA_CHECK(launch_ll_combine(config_.combine_dtype, p, data_blocks_, stream));
+    // Across nodes the node-ordered sum (the messages landed in the send part).
+    MOE_EP_CUDA_CHECK(nodes_.several()
+                          ? launch_ll_combine_reduce(config_.combine_dtype, p, data_blocks_, stream)
+                          : launch_ll_combine(config_.combine_dtype, p, data_blocks_, stream));
     if (!in_graph) end_call(stream);
   } catch (const CudaError& e) {
     poison_and_throw(e);

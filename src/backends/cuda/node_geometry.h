@@ -71,7 +71,8 @@ struct StageLayout {
 // 16 and so is the size.
 //
 // Dispatch, source s -> its rail peer f on node m: s's step word (a StepWire of `step_bytes`),
-// T_s (int32), s's token counts of node m's experts ([L][E/W] int32, m's ranks in order, their
+// T_s (int32) and at `sent` the step whose rows the message holds (uint64, written after the
+// rows: a message whose `sent` is not the receiver's step holds no rows of this call), s's token counts of node m's experts ([L][E/W] int32, m's ranks in order, their
 // local experts in order: the counts rows f stores for s), then row t of s for t < Tmax:
 // payload and scales (only when token t names an expert of node m), then, for every t < T_s, the
 // token's K global expert ids (int32, -1 masked), K weights (fp32) and K slot ranks (int32, bit
@@ -84,6 +85,7 @@ struct StageLayout {
 struct DecodeMessageLayout {
   int64_t step = 0;        // the sender's StepWire
   int64_t num_tokens = 0;  // dispatch: int32 T of the source
+  int64_t sent = 0;        // uint64, the step whose rows (dispatch) or partials (combine) it holds
   int64_t counts = 0;      // dispatch: [L * E/W] int32
   int64_t rows = 0;        // [Tmax] rows of `row_stride`
   int64_t row_stride = 0;
@@ -100,6 +102,7 @@ struct DecodeMessageLayout {
     DecodeMessageLayout m;
     m.step = 0;
     m.num_tokens = align16(step_bytes);
+    m.sent = m.num_tokens + 8;
     m.counts = m.num_tokens + 16;
     m.rows = align16(m.counts + 4 * static_cast<int64_t>(node_size) * local_experts);
     m.row_ids = align16(payload_bytes + scale_bytes);
@@ -114,7 +117,8 @@ struct DecodeMessageLayout {
                                      int max_tokens) {
     DecodeMessageLayout m;
     m.step = 0;
-    m.rows = align16(step_bytes);
+    m.sent = align16(step_bytes);
+    m.rows = align16(m.sent + 8);
     m.row_stride = align16(combine_row_bytes);
     m.bytes = m.rows + m.row_stride * max_tokens;
     return m;

@@ -25,6 +25,7 @@ void preload_kernels(int device) {
   MOE_EP_CUDA_CHECK(preload_copy_engine_kernels());
   MOE_EP_CUDA_CHECK(preload_node_kernels());
   MOE_EP_CUDA_CHECK(preload_ll_kernels());
+  MOE_EP_CUDA_CHECK(preload_ll_node_kernels());
   MOE_EP_CUDA_CHECK(preload_symmetric_kernels());
   MOE_EP_CUDA_CHECK(preload_loopback_kernels());
   loaded.insert(device);
