@@ -122,7 +122,9 @@ struct NoOwnRow {
 // token in this rank's receive buffer.
 struct OwnRowOfY {
   static constexpr bool kInPlace = true;
-  static constexpr int kUnroll = kCombineUnroll;
+  // Two warp steps' sums live instead of kCombineUnroll (4): the in-place instantiations spilled
+  // 24-140 bytes with 4 (an A/B to measure: docs/perf-notes.md, open leads).
+  static constexpr int kUnroll = 2;
   const uint16_t* row;
   int hidden;
   __device__ uint4 operator()(int64_t elem) const { return load_lane(row, elem, hidden); }
