@@ -253,15 +253,12 @@ TEST(GpuLowLatencyGraph, CapturedRoundReplays200TimesWithNewInputs) {
     MOE_EP_CUDA_CHECK(cudaStreamEndCapture(stream.s, &graph));
     cudaGraphExec_t exec = nullptr;
     MOE_EP_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    testing::world_barrier();  // every rank instantiated before any launches (gpu_world.h)
     for (int i = 0; i < replays; ++i) {
       const RankInput& in = inputs[i][rank];
-      MOE_EP_CUDA_CHECK(cudaMemcpyAsync(input.topk_idx.ptr.get(), in.topk_idx.data(),
-                                        in.topk_idx.size() * 4, cudaMemcpyHostToDevice, stream.s));
-      MOE_EP_CUDA_CHECK(cudaMemcpyAsync(input.topk_weights.ptr.get(), in.topk_weights.data(),
-                                        in.topk_weights.size() * 4, cudaMemcpyHostToDevice,
-                                        stream.s));
-      MOE_EP_CUDA_CHECK(cudaMemcpyAsync(input.x.ptr.get(), in.x.data(), in.x.size() * 2,
-                                        cudaMemcpyHostToDevice, stream.s));
+      testing::upload(input.topk_idx.ptr.get(), in.topk_idx, stream.s);
+      testing::upload(input.topk_weights.ptr.get(), in.topk_weights, stream.s);
+      testing::upload(input.x.ptr.get(), in.x, stream.s);
       MOE_EP_CUDA_CHECK(cudaGraphLaunch(exec, stream.s));
       MOE_EP_CUDA_CHECK(cudaStreamSynchronize(stream.s));
       LowLatencyRound& round = rounds[i];
@@ -520,18 +517,14 @@ TEST(GpuLowLatencyHooksGraph, CapturedTwoMicroBatchRoundReplaysWithNewInputs) {
     MOE_EP_CUDA_CHECK(cudaStreamEndCapture(stream.s, &graph));
     cudaGraphExec_t exec = nullptr;
     MOE_EP_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    testing::world_barrier();  // every rank instantiated before any launches (gpu_world.h)
     for (int i = 0; i < replays; ++i) {
       for (int m = 0; m < 2; ++m) {
         const RankInput& in = (m == 0 ? a[i] : b[i]).inputs[rank];
         const testing::DeviceInput& dev = batches[m]->input;
-        MOE_EP_CUDA_CHECK(cudaMemcpyAsync(dev.topk_idx.ptr.get(), in.topk_idx.data(),
-                                          in.topk_idx.size() * 4, cudaMemcpyHostToDevice,
-                                          stream.s));
-        MOE_EP_CUDA_CHECK(cudaMemcpyAsync(dev.topk_weights.ptr.get(), in.topk_weights.data(),
-                                          in.topk_weights.size() * 4, cudaMemcpyHostToDevice,
-                                          stream.s));
-        MOE_EP_CUDA_CHECK(cudaMemcpyAsync(dev.x.ptr.get(), in.x.data(), in.x.size() * 2,
-                                          cudaMemcpyHostToDevice, stream.s));
+        testing::upload(dev.topk_idx.ptr.get(), in.topk_idx, stream.s);
+        testing::upload(dev.topk_weights.ptr.get(), in.topk_weights, stream.s);
+        testing::upload(dev.x.ptr.get(), in.x, stream.s);
       }
       MOE_EP_CUDA_CHECK(cudaGraphLaunch(exec, stream.s));
       MOE_EP_CUDA_CHECK(cudaStreamSynchronize(stream.s));

@@ -159,15 +159,12 @@ TEST_P(GpuLowLatencyNodes, CapturedDispatchReplaysWithNewInputs) {
     MOE_EP_CUDA_CHECK(cudaStreamEndCapture(stream.s, &graph));
     cudaGraphExec_t exec = nullptr;
     MOE_EP_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    testing::world_barrier();  // every rank instantiated before any launches (gpu_world.h)
     for (int i = 0; i < replays; ++i) {
       const RankInput& in = inputs[i][rank];
-      MOE_EP_CUDA_CHECK(cudaMemcpyAsync(input.topk_idx.ptr.get(), in.topk_idx.data(),
-                                        in.topk_idx.size() * 4, cudaMemcpyHostToDevice, stream.s));
-      MOE_EP_CUDA_CHECK(cudaMemcpyAsync(input.topk_weights.ptr.get(), in.topk_weights.data(),
-                                        in.topk_weights.size() * 4, cudaMemcpyHostToDevice,
-                                        stream.s));
-      MOE_EP_CUDA_CHECK(cudaMemcpyAsync(input.x.ptr.get(), in.x.data(), in.x.size() * 2,
-                                        cudaMemcpyHostToDevice, stream.s));
+      testing::upload(input.topk_idx.ptr.get(), in.topk_idx, stream.s);
+      testing::upload(input.topk_weights.ptr.get(), in.topk_weights, stream.s);
+      testing::upload(input.x.ptr.get(), in.x, stream.s);
       MOE_EP_CUDA_CHECK(cudaGraphLaunch(exec, stream.s));
       MOE_EP_CUDA_CHECK(cudaStreamSynchronize(stream.s));
       got[i][rank] = reference::copy_low_latency_outputs(d, testing::device_to_host);
@@ -348,16 +345,12 @@ TEST_P(GpuLowLatencyNodes, CapturedRoundOfEveryPairReplaysWithNewInputs) {
       MOE_EP_CUDA_CHECK(cudaStreamEndCapture(stream.s, &graph));
       cudaGraphExec_t exec = nullptr;
       MOE_EP_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+      testing::world_barrier();  // every rank instantiated before any launches (gpu_world.h)
       for (int i = 0; i < replays; ++i) {
         const RankInput& in = inputs[i][rank];
-        MOE_EP_CUDA_CHECK(cudaMemcpyAsync(input.topk_idx.ptr.get(), in.topk_idx.data(),
-                                          in.topk_idx.size() * 4, cudaMemcpyHostToDevice,
-                                          stream.s));
-        MOE_EP_CUDA_CHECK(cudaMemcpyAsync(input.topk_weights.ptr.get(), in.topk_weights.data(),
-                                          in.topk_weights.size() * 4, cudaMemcpyHostToDevice,
-                                          stream.s));
-        MOE_EP_CUDA_CHECK(cudaMemcpyAsync(input.x.ptr.get(), in.x.data(), in.x.size() * 2,
-                                          cudaMemcpyHostToDevice, stream.s));
+        testing::upload(input.topk_idx.ptr.get(), in.topk_idx, stream.s);
+        testing::upload(input.topk_weights.ptr.get(), in.topk_weights, stream.s);
+        testing::upload(input.x.ptr.get(), in.x, stream.s);
         MOE_EP_CUDA_CHECK(cudaGraphLaunch(exec, stream.s));
         MOE_EP_CUDA_CHECK(cudaStreamSynchronize(stream.s));
         received[i][rank] = reference::copy_low_latency_outputs(d, testing::device_to_host);

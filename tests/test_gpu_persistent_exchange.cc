@@ -98,8 +98,7 @@ void persistent_rounds(cuda_backend::Transport& transport, int rank, int world,
     SCOPED_TRACE("rank " + std::to_string(rank) + ", round " + std::to_string(round));
     for (int q = 0; q < world; ++q) {
       const std::vector<uint8_t> bytes = pattern(rank, q, round, part_bytes(rank, q, world));
-      MOE_EP_CUDA_CHECK(cudaMemcpyAsync(out[q].ptr.get(), bytes.data(), bytes.size(),
-                                        cudaMemcpyHostToDevice, stream));
+      testing::upload(out[q].ptr.get(), bytes, stream);
     }
     if (round < eager_rounds) {
       exchange->launch(stream, sink.sink, timeout_ns);
@@ -111,6 +110,7 @@ void persistent_rounds(cuda_backend::Transport& transport, int rank, int world,
         MOE_EP_CUDA_CHECK(cudaStreamEndCapture(stream, &captured));
         MOE_EP_CUDA_CHECK(cudaGraphInstantiate(&graph, captured, 0));
         MOE_EP_CUDA_CHECK(cudaGraphDestroy(captured));
+        testing::world_barrier();  // every rank instantiated before any launches (gpu_world.h)
       }
       MOE_EP_CUDA_CHECK(cudaGraphLaunch(graph, stream));
     }

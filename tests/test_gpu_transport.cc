@@ -63,8 +63,7 @@ std::string exchange_rounds(cuda_backend::Transport& transport, int rank, int wo
       out[p].resize(pair_bytes(round, rank, p));
       for (size_t i = 0; i < out[p].size(); ++i) out[p][i] = pattern(round, rank, p, i);
       if (!out[p].empty()) {
-        MOE_EP_CUDA_CHECK(cudaMemcpyAsync(send[p].ptr.get(), out[p].data(), out[p].size(),
-                                          cudaMemcpyHostToDevice, stream));
+        testing::upload(send[p].ptr.get(), out[p], stream);
       }
       MOE_EP_CUDA_CHECK(cudaMemsetAsync(recv[p].ptr.get(), kUntouched, kMaxPairBytes, stream));
       if (pair_declared(rank, p)) sends.push_back({p, send[p].ptr.get(), out[p].size()});
@@ -78,8 +77,7 @@ std::string exchange_rounds(cuda_backend::Transport& transport, int rank, int wo
     }
     std::vector<std::vector<uint8_t>> in(world_size, std::vector<uint8_t>(kMaxPairBytes));
     for (int p = 0; p < world_size; ++p) {
-      MOE_EP_CUDA_CHECK(cudaMemcpyAsync(in[p].data(), recv[p].ptr.get(), kMaxPairBytes,
-                                        cudaMemcpyDeviceToHost, stream));
+      testing::download_bytes(in[p].data(), recv[p].ptr.get(), kMaxPairBytes, stream);
     }
     MOE_EP_CUDA_CHECK(cudaStreamSynchronize(stream));
     for (int p = 0; p < world_size && wrong.empty(); ++p) {

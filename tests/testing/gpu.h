@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <memory>
@@ -70,7 +71,7 @@ inline void trace(const char* what) {
 }
 
 // Every rank's last `last` marks, times in ms after the earliest mark of any rank.
-inline void print_host_traces(const std::vector<HostTrace>& traces, size_t last = 12) {
+inline void print_host_traces(const std::vector<HostTrace>& traces, size_t last = 40) {
   int64_t t0 = INT64_MAX;
   for (const HostTrace& t : traces) {
     for (const auto& m : t.marks) t0 = std::min(t0, m.second);
@@ -120,9 +121,37 @@ inline cudaStream_t pooled_stream(int device, int index) {
   return pool[index];
 }
 
+// Pinned host staging for the tests' copies, one buffer per thread slot of the pool (the slot of
+// test_stream_of below), made with the pool, before any rank exists. A copy from or to pageable
+// memory is not a plain stream operation: the driver stages it, and the copy of a rank whose
+// staging needs page-locked memory can wait for the whole device (an implicit synchronisation
+// point), i.e. for a peer's kernel that waits for this rank: in v19's run 1 a W = 4 rank's
+// 60 KB upload returned only when its peers' step agreement had timed out, 30 s later
+// (docs/perf-notes.md, v20). So every test copy goes through these buffers, in chunks.
+inline constexpr size_t kStagingBytes = size_t{4} << 20;
+
+inline char* staging_of(int device, int slot) {
+  static std::mutex mu;
+  static std::map<int, std::vector<char*>> staging;
+  std::lock_guard<std::mutex> lock(mu);
+  std::vector<char*>& s = staging[device];
+  if (s.empty()) {
+    s.resize(kPooledRanks);
+    for (char*& b : s) {
+      void* p = nullptr;
+      MOE_EP_CUDA_CHECK(cudaHostAlloc(&p, kStagingBytes, cudaHostAllocPortable));
+      b = static_cast<char*>(p);
+    }
+  }
+  return s[slot];
+}
+
+inline int staging_slot() { return test_rank >= 0 ? test_rank % kPooledRanks : 0; }
+
 // The stream this thread allocates, copies and frees on (see above).
 inline cudaStream_t test_stream_of(int device) {
-  return pooled_stream(device, 2 * kPooledRanks + (test_rank >= 0 ? test_rank % kPooledRanks : 0));
+  staging_of(device, 0);  // made with the pool, before any rank runs
+  return pooled_stream(device, 2 * kPooledRanks + staging_slot());
 }
 
 inline int current_device() {
@@ -132,6 +161,35 @@ inline int current_device() {
 }
 
 inline cudaStream_t test_alloc_stream() { return test_stream_of(current_device()); }
+
+// Host to device and back through this thread's pinned staging (see staging_of), on `stream`,
+// which is synchronised: the copy is done when these return.
+inline void upload_bytes(void* dst, const void* src, size_t n, cudaStream_t stream) {
+  char* staging = staging_of(current_device(), staging_slot());
+  for (size_t done = 0; done < n; done += kStagingBytes) {
+    const size_t part = std::min(kStagingBytes, n - done);
+    std::memcpy(staging, static_cast<const char*>(src) + done, part);
+    MOE_EP_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(dst) + done, staging, part,
+                                      cudaMemcpyHostToDevice, stream));
+    MOE_EP_CUDA_CHECK(cudaStreamSynchronize(stream));
+  }
+}
+
+inline void download_bytes(void* dst, const void* src, size_t n, cudaStream_t stream) {
+  char* staging = staging_of(current_device(), staging_slot());
+  for (size_t done = 0; done < n; done += kStagingBytes) {
+    const size_t part = std::min(kStagingBytes, n - done);
+    MOE_EP_CUDA_CHECK(cudaMemcpyAsync(staging, static_cast<const char*>(src) + done, part,
+                                      cudaMemcpyDeviceToHost, stream));
+    MOE_EP_CUDA_CHECK(cudaStreamSynchronize(stream));
+    std::memcpy(static_cast<char*>(dst) + done, staging, part);
+  }
+}
+
+template <typename T>
+void upload(void* dst, const std::vector<T>& host, cudaStream_t stream) {
+  upload_bytes(dst, host.data(), host.size() * sizeof(T), stream);
+}
 
 // Device memory of the current device that frees itself; whoever used it on another stream
 // has synchronised that stream before it goes.
@@ -151,9 +209,7 @@ struct DeviceBuffer {
   static DeviceBuffer copy_of(const std::vector<T>& host) {
     DeviceBuffer b = of_bytes(host.size() * sizeof(T));
     if (!host.empty()) {
-      MOE_EP_CUDA_CHECK(cudaMemcpyAsync(b.ptr.get(), host.data(), host.size() * sizeof(T),
-                                        cudaMemcpyHostToDevice, test_alloc_stream()));
-      MOE_EP_CUDA_CHECK(cudaStreamSynchronize(test_alloc_stream()));
+      upload(b.ptr.get(), host, test_alloc_stream());
       trace("uploaded");
     }
     return b;
@@ -188,8 +244,7 @@ struct DeviceInput {
 };
 
 inline void device_to_host(void* dst, const void* src, size_t n) {
-  MOE_EP_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, test_alloc_stream()));
-  MOE_EP_CUDA_CHECK(cudaStreamSynchronize(test_alloc_stream()));
+  download_bytes(dst, src, n, test_alloc_stream());
   trace("downloaded");
 }
 

@@ -1,8 +1,12 @@
 // RAII owners of the CUDA resources an op or a communicator holds: events, streams, device memory
 // and mapped pinned host memory. A failure half-way through creating an op unwinds through their
 // destructors, so nothing leaks; each destructor ignores errors (it may run while another error
-// is being reported). Freeing memory waits for the whole device, so ops and communicators free
-// only when they go, never during a call.
+// is being reported). Their memory comes from the library's own stream-ordered pools
+// (device_memory.cc), never from cudaMalloc / cudaFree / cudaHostAlloc / cudaFreeHost: those are
+// implicit synchronisation points of the whole device (cudaFree waits for every kernel on it), so
+// an op created or destroyed on one rank of the single-GPU world would wait for another rank's
+// kernel that waits for this rank, and destroying an op in a serving process would stall every
+// stream on its GPU. Ops and communicators still allocate only when they are made.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -16,6 +20,19 @@
 #include "backends/cuda/cuda_check.h"
 
 namespace moe_ep::cuda_backend {
+
+// `bytes` of device memory on `device` from the library's pool there (made on first use, with
+// its own stream; freed memory stays in the pool for the next op), ready for any stream when
+// this returns. device_free returns it, ordered after nothing: its users must be done.
+void* device_alloc(int device, size_t bytes);
+void device_free(int device, void* p);
+// `bytes` of zeroed, mapped, pinned host memory (aligned to 256 bytes) from the library's
+// process-wide slabs, which are never given back to the driver; host_mapped_free returns a block
+// for reuse. *device_ptr is its address for kernels.
+void* host_mapped_alloc(size_t bytes, void** device_ptr);
+void host_mapped_free(void* host, size_t bytes);
+// Makes `device`'s pool and the first host slab now, before any rank of a single-GPU world runs.
+void reserve_library_memory(int device);
 
 // Moves a handle out of `other`, leaving its null value behind.
 template <typename T>
@@ -68,16 +85,13 @@ bool poll_done(Query query, double limit_s) {
   }
 }
 
-// cudaMalloc'd memory of `count` elements of T on `device`.
+// Device memory of `count` elements of T on `device` (device_alloc).
 template <typename T>
 class DeviceArray {
  public:
   DeviceArray() = default;
   DeviceArray(int device, size_t count) : device_(device), count_(count) {
-    DeviceGuard guard(device);
-    void* p = nullptr;
-    MOE_EP_CUDA_CHECK(cudaMalloc(&p, sizeof(T) * (count == 0 ? 1 : count)));
-    data_ = static_cast<T*>(p);
+    data_ = static_cast<T*>(device_alloc(device, sizeof(T) * (count == 0 ? 1 : count)));
   }
   DeviceArray(DeviceArray&& other) noexcept
       : device_(other.device_), count_(other.count_), data_(take(other.data_)) {}
@@ -105,11 +119,7 @@ class DeviceArray {
  private:
   void reset() {
     if (data_ == nullptr) return;
-    int previous = 0;
-    cudaGetDevice(&previous);
-    cudaSetDevice(device_);
-    cudaFree(data_);
-    cudaSetDevice(previous);
+    device_free(device_, data_);
     data_ = nullptr;
   }
   int device_ = 0;
@@ -117,22 +127,19 @@ class DeviceArray {
   T* data_ = nullptr;
 };
 
-// One T in mapped, pinned host memory, zero-initialised; device() is its address for kernels.
+// One T in mapped, pinned host memory, zero-initialised (host_mapped_alloc); device() is its
+// address for kernels.
 template <typename T>
 class HostMapped {
  public:
   HostMapped() {
-    void* p = nullptr;
-    MOE_EP_CUDA_CHECK(cudaHostAlloc(&p, sizeof(T), cudaHostAllocMapped | cudaHostAllocPortable));
-    host_ = static_cast<T*>(p);
-    std::memset(static_cast<void*>(host_), 0, sizeof(T));
     void* d = nullptr;
-    MOE_EP_CUDA_CHECK(cudaHostGetDevicePointer(&d, host_, 0));
+    host_ = static_cast<T*>(host_mapped_alloc(sizeof(T), &d));
     device_ = static_cast<T*>(d);
   }
   HostMapped(const HostMapped&) = delete;
   HostMapped& operator=(const HostMapped&) = delete;
-  ~HostMapped() { cudaFreeHost(host_); }
+  ~HostMapped() { host_mapped_free(host_, sizeof(T)); }
   T* host() const { return host_; }
   T* device() const { return device_; }
 

@@ -239,17 +239,14 @@ class PlainSymmetric : public SymmetricMemory {
  public:
   PlainSymmetric(int device, size_t bytes, cudaStream_t stream) : device_(device) {
     DeviceGuard guard(device);
-    void* p = nullptr;
-    MOE_EP_CUDA_CHECK(cudaMalloc(&p, bytes));
-    local_ = static_cast<char*>(p);
+    local_ = static_cast<char*>(device_alloc(device, bytes));  // stream-ordered (resources.h)
     bytes_ = bytes;
     MOE_EP_CUDA_CHECK(cudaMemsetAsync(local_, 0, bytes, stream));
     MOE_EP_CUDA_CHECK(cudaStreamSynchronize(stream));
   }
   ~PlainSymmetric() override {
     if (abandoned_) return;  // a peer may still store into it
-    DeviceGuard guard(device_);
-    cudaFree(local_);
+    device_free(device_, local_);
   }
   void abandon() override { abandoned_ = true; }
   void set_peer(int rank, char* base) { peers_.base[rank] = base; }
@@ -351,6 +348,8 @@ std::vector<std::shared_ptr<Communicator>> make_single_gpu_world(int world_size,
   // device's running work, i.e. for another rank's kernel waiting for this one: load them all
   // now, before any rank exists (launch.h, preload_kernels).
   cuda_backend::preload_kernels(device);
+  // The library's memory pool and host slab exist before any rank does (resources.h).
+  cuda_backend::reserve_library_memory(device);
   if (queues < 2 * world_size + 2) {
     MOE_EP_LOG(LogLevel::kWarn, "make_single_gpu_world(", world_size,
                "): CUDA_DEVICE_MAX_CONNECTIONS=", queues, " hardware queues may be too few for ",
