@@ -20,11 +20,8 @@ cudaError_t launch_combine(CombineDtype dtype, const CombineParams& p, int num_b
 cudaError_t preload_combine_kernels() {
   for (CombineDtype dtype : kAllCombineDtypes) {
     const cudaError_t status = formats::visit_format(dtype, [](auto format) {
-      cudaFuncAttributes attr;
-      const cudaError_t s = cudaFuncGetAttributes(&attr, combine_kernel<decltype(format), true>);
-      return s == cudaSuccess
-                 ? cudaFuncGetAttributes(&attr, combine_kernel<decltype(format), false>)
-                 : s;
+      const cudaError_t s = load_kernel(combine_kernel<decltype(format), true>);
+      return s == cudaSuccess ? load_kernel(combine_kernel<decltype(format), false>) : s;
     });
     if (status != cudaSuccess) return status;
   }

@@ -30,14 +30,12 @@ cudaError_t preload_copy_engine_kernels() {
   for (CombineDtype dtype : kAllCombineDtypes) {
     const cudaError_t status = formats::visit_format(dtype, [](auto format) {
       using F = decltype(format);
-      cudaFuncAttributes attr;
-      const cudaError_t s = cudaFuncGetAttributes(&attr, ce_combine_pack_kernel<F>);
-      return s == cudaSuccess ? cudaFuncGetAttributes(&attr, ce_reduce_kernel<F>) : s;
+      const cudaError_t s = load_kernel(ce_combine_pack_kernel<F>);
+      return s == cudaSuccess ? load_kernel(ce_reduce_kernel<F>) : s;
     });
     if (status != cudaSuccess) return status;
   }
-  cudaFuncAttributes attr;
-  return cudaFuncGetAttributes(&attr, ce_signal_kernel);
+  return load_kernel(ce_signal_kernel);
 }
 
 }  // namespace moe_ep::cuda_backend

@@ -34,17 +34,15 @@ cudaError_t preload_dispatch_kernels() {
   for (DispatchDtype dtype : kAllDispatchDtypes) {
     const cudaError_t status = formats::visit_format(dtype, [](auto format) {
       using F = decltype(format);
-      cudaFuncAttributes attr;
-      cudaError_t s = cudaFuncGetAttributes(&attr, dispatch_kernel<F, true, false>);
-      if (s == cudaSuccess) s = cudaFuncGetAttributes(&attr, dispatch_kernel<F, false, false>);
-      if (s == cudaSuccess) s = cudaFuncGetAttributes(&attr, dispatch_kernel<F, true, true>);
-      if (s == cudaSuccess) s = cudaFuncGetAttributes(&attr, dispatch_kernel<F, false, true>);
+      cudaError_t s = load_kernel(dispatch_kernel<F, true, false>);
+      if (s == cudaSuccess) s = load_kernel(dispatch_kernel<F, false, false>);
+      if (s == cudaSuccess) s = load_kernel(dispatch_kernel<F, true, true>);
+      if (s == cudaSuccess) s = load_kernel(dispatch_kernel<F, false, true>);
       return s;
     });
     if (status != cudaSuccess) return status;
   }
-  cudaFuncAttributes attr;
-  return cudaFuncGetAttributes(&attr, dispatch_wait_kernel);
+  return load_kernel(dispatch_wait_kernel);
 }
 
 }  // namespace moe_ep::cuda_backend

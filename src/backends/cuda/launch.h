@@ -6,6 +6,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 
 #include "backends/cuda/device_error.h"
@@ -425,7 +426,28 @@ cudaError_t launch_loopback_exchange(const LoopbackParams& p, cudaStream_t strea
 cudaError_t resolve_peer_pointers(void* window, int world_size, char** out_device,
                                   cudaStream_t stream);
 
-// Loads every kernel of the library on the current device (cudaFuncGetAttributes). With CUDA's
+// Loads `kernel` on the current device (cudaFuncGetAttributes) and notes the local memory each of
+// its threads needs (note_local_bytes), for reserve_local_memory.
+void note_local_bytes(size_t bytes);
+template <typename Kernel>
+cudaError_t load_kernel(Kernel* kernel) {
+  cudaFuncAttributes a;
+  const cudaError_t status = cudaFuncGetAttributes(&a, kernel);
+  if (status == cudaSuccess) note_local_bytes(a.localSizeBytes);
+  return status;
+}
+
+// Makes the driver size the current device's local memory for `bytes` per thread now, by running
+// a kernel that needs at least that much (256, 1024 or 4096 bytes; false when `bytes` is larger),
+// on a stream of its own, and waiting for it. A launch whose kernel needs more local memory than
+// the device has is an implicit synchronisation point of the whole device (the driver grows the
+// allocation once every running kernel is done): in the single-GPU world the first rank to launch
+// the library's first kernel with a stack frame (dispatch_kernel's prequantized instantiations,
+// 8 bytes) waited, with the launches it had queued before it, for its peers' kernels, which were
+// waiting for it (docs/perf-notes.md, v20).
+bool reserve_local_memory(size_t bytes);
+
+// Loads every kernel of the library on the current device (load_kernel). With CUDA's
 // lazy loading (the default), a kernel's first launch may wait for the device's running work
 // (the CUDA programming guide's lazy-loading hazards); a rank's first launch would then wait for
 // a peer's kernel that is waiting for this rank, until the timeout. preload_kernels (preload.cc)
@@ -440,7 +462,8 @@ cudaError_t preload_ll_kernels();
 cudaError_t preload_ll_node_kernels();
 cudaError_t preload_symmetric_kernels();
 cudaError_t preload_loopback_kernels();
-// Once per device and process; later calls return at once. Throws on a CUDA error.
+// Once per device and process, then reserve_local_memory for the largest local memory of any of
+// them; later calls return at once. Throws on a CUDA error.
 void preload_kernels(int device);
 
 }  // namespace moe_ep::cuda_backend

@@ -73,9 +73,6 @@ cudaError_t launch_loopback_exchange(const LoopbackParams& p, cudaStream_t strea
   return cudaGetLastError();
 }
 
-cudaError_t preload_loopback_kernels() {
-  cudaFuncAttributes attr;
-  return cudaFuncGetAttributes(&attr, loopback_exchange_kernel);
-}
+cudaError_t preload_loopback_kernels() { return load_kernel(loopback_exchange_kernel); }
 
 }  // namespace moe_ep::cuda_backend

@@ -81,27 +81,22 @@ cudaError_t launch_ll_combine(CombineDtype dtype, const LowLatencyParams& p, int
 }
 
 cudaError_t preload_ll_kernels() {
-  cudaFuncAttributes attr;
-  cudaError_t status = cudaFuncGetAttributes(&attr, ll_step_kernel);
+  cudaError_t status = load_kernel(ll_step_kernel);
   for (DispatchDtype dtype : kAllDispatchDtypes) {
     if (status != cudaSuccess) return status;
     status = formats::visit_format(dtype, [](auto format) {
       using F = decltype(format);
-      cudaFuncAttributes a;
-      cudaError_t s = cudaFuncGetAttributes(&a, ll_send_kernel<F, true>);
-      if (s == cudaSuccess) s = cudaFuncGetAttributes(&a, ll_send_kernel<F, false>);
-      if (s == cudaSuccess) s = cudaFuncGetAttributes(&a, ll_expand_kernel<F>);
+      cudaError_t s = load_kernel(ll_send_kernel<F, true>);
+      if (s == cudaSuccess) s = load_kernel(ll_send_kernel<F, false>);
+      if (s == cudaSuccess) s = load_kernel(ll_expand_kernel<F>);
       return s;
     });
   }
   for (CombineDtype dtype : kAllCombineDtypes) {
     if (status != cudaSuccess) return status;
     status = formats::visit_format(dtype, [](auto format) {
-      cudaFuncAttributes a;
-      const cudaError_t s = cudaFuncGetAttributes(&a, ll_combine_kernel<decltype(format), true>);
-      return s == cudaSuccess
-                 ? cudaFuncGetAttributes(&a, ll_combine_kernel<decltype(format), false>)
-                 : s;
+      const cudaError_t s = load_kernel(ll_combine_kernel<decltype(format), true>);
+      return s == cudaSuccess ? load_kernel(ll_combine_kernel<decltype(format), false>) : s;
     });
   }
   return status;
@@ -164,18 +159,16 @@ cudaError_t launch_ll_settle(const LowLatencyParams& p, cudaStream_t stream) {
 }
 
 cudaError_t preload_ll_node_kernels() {
-  cudaFuncAttributes a;
-  cudaError_t s = cudaFuncGetAttributes(&a, ll_node_step_kernel);
-  if (s == cudaSuccess) s = cudaFuncGetAttributes(&a, ll_forward_kernel);
-  if (s == cudaSuccess) s = cudaFuncGetAttributes(&a, ll_settle_kernel);
-  if (s == cudaSuccess) s = cudaFuncGetAttributes(&a, ll_combine_seal_kernel);
+  cudaError_t s = load_kernel(ll_node_step_kernel);
+  if (s == cudaSuccess) s = load_kernel(ll_forward_kernel);
+  if (s == cudaSuccess) s = load_kernel(ll_settle_kernel);
+  if (s == cudaSuccess) s = load_kernel(ll_combine_seal_kernel);
   for (CombineDtype dtype : kAllCombineDtypes) {
     if (s != cudaSuccess) return s;
     s = formats::visit_format(dtype, [](auto format) {
       using F = decltype(format);
-      cudaFuncAttributes b;
-      const cudaError_t e = cudaFuncGetAttributes(&b, ll_combine_forward_kernel<F>);
-      return e == cudaSuccess ? cudaFuncGetAttributes(&b, ll_combine_reduce_kernel<F>) : e;
+      const cudaError_t e = load_kernel(ll_combine_forward_kernel<F>);
+      return e == cudaSuccess ? load_kernel(ll_combine_reduce_kernel<F>) : e;
     });
   }
   return s;

@@ -32,16 +32,14 @@ cudaError_t launch_node_reduce(CombineDtype dtype, const NodeParams& p, int num_
 }
 
 cudaError_t preload_node_kernels() {
-  cudaFuncAttributes attr;
-  cudaError_t status = cudaFuncGetAttributes(&attr, node_positions_kernel);
-  if (status == cudaSuccess) status = cudaFuncGetAttributes(&attr, forward_kernel);
+  cudaError_t status = load_kernel(node_positions_kernel);
+  if (status == cudaSuccess) status = load_kernel(forward_kernel);
   for (CombineDtype dtype : kAllCombineDtypes) {
     if (status != cudaSuccess) return status;
     status = formats::visit_format(dtype, [](auto format) {
       using F = decltype(format);
-      cudaFuncAttributes a;
-      cudaError_t s = cudaFuncGetAttributes(&a, node_partial_kernel<F>);
-      return s == cudaSuccess ? cudaFuncGetAttributes(&a, node_reduce_kernel<F>) : s;
+      cudaError_t s = load_kernel(node_partial_kernel<F>);
+      return s == cudaSuccess ? load_kernel(node_reduce_kernel<F>) : s;
     });
   }
   return status;

@@ -27,9 +27,8 @@ cudaError_t launch_notify(const NotifyParams& p, int max_blocks, cudaStream_t st
 }
 
 cudaError_t preload_notify_kernels() {
-  cudaFuncAttributes attr;
-  const cudaError_t status = cudaFuncGetAttributes(&attr, validate_kernel);
-  return status != cudaSuccess ? status : cudaFuncGetAttributes(&attr, notify_kernel);
+  const cudaError_t status = load_kernel(validate_kernel);
+  return status != cudaSuccess ? status : load_kernel(notify_kernel);
 }
 
 }  // namespace moe_ep::cuda_backend

@@ -1,6 +1,8 @@
 // Loads every kernel of the library once per device, before any of them can be waiting for a
 // peer (launch.h, preload_kernels). Called where a communicator is made and again at op
 // creation, always before the first kernel that waits.
+#include <algorithm>
+#include <atomic>
 #include <mutex>
 #include <set>
 
@@ -9,6 +11,15 @@
 #include "core/log.h"
 
 namespace moe_ep::cuda_backend {
+namespace {
+std::atomic<size_t> largest_local_bytes{0};
+}  // namespace
+
+void note_local_bytes(size_t bytes) {
+  size_t seen = largest_local_bytes.load();
+  while (bytes > seen && !largest_local_bytes.compare_exchange_weak(seen, bytes)) {
+  }
+}
 
 void preload_kernels(int device) {
   static std::mutex mutex;
@@ -28,8 +39,15 @@ void preload_kernels(int device) {
   MOE_EP_CUDA_CHECK(preload_ll_node_kernels());
   MOE_EP_CUDA_CHECK(preload_symmetric_kernels());
   MOE_EP_CUDA_CHECK(preload_loopback_kernels());
+  const size_t local_bytes = largest_local_bytes.load();
+  if (!reserve_local_memory(local_bytes)) {
+    MOE_EP_LOG(LogLevel::kWarn, "a kernel of the library needs ", local_bytes,
+               " bytes of local memory per thread, more than reserve_local_memory reserves "
+               "(4096): its first launch may wait for the whole device");
+  }
   loaded.insert(device);
-  MOE_EP_LOG(LogLevel::kDebug, "loaded the library's kernels on device ", device);
+  MOE_EP_LOG(LogLevel::kDebug, "loaded the library's kernels on device ", device,
+             "; local memory reserved for ", local_bytes, " bytes per thread");
 }
 
 }  // namespace moe_ep::cuda_backend

@@ -21,9 +21,6 @@ cudaError_t resolve_peer_pointers(void* window, int world_size, char** out_devic
   return cudaGetLastError();
 }
 
-cudaError_t preload_symmetric_kernels() {
-  cudaFuncAttributes attr;
-  return cudaFuncGetAttributes(&attr, resolve_peers_kernel);
-}
+cudaError_t preload_symmetric_kernels() { return load_kernel(resolve_peers_kernel); }
 
 }  // namespace moe_ep::cuda_backend
