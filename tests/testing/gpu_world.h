@@ -38,11 +38,11 @@ inline const bool kEnoughHardwareQueues =
     (setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 1), setenv("CUDA_MODULE_LOADING", "EAGER", 1),
      setenv("MOE_EP_TIMEOUT_S", "30", 0), true);
 
-// Ops of the single-GPU world are destroyed only after every rank's thread has returned. Freeing
-// device memory (cudaFree in an op's destructor) waits for the whole device: a rank that destroys
-// its op while a peer's kernel still waits for a third rank, whose thread has yet to launch its
-// part, can hold that launch up until the timeout. kept_op() hands the op to the runner below,
-// which releases it after joining every rank's thread.
+// Ops of the single-GPU world are destroyed only after every rank's thread has returned. The
+// library frees stream-ordered now (src/backends/cuda/resources.h), but an op's destructor still
+// waits for its last call, and the tests' buffers still go with it: keeping every op until all
+// ranks are done leaves no host call of a finished rank between the others' calls. kept_op()
+// hands the op to the runner below, which releases it after joining every rank's thread.
 inline thread_local std::vector<std::shared_ptr<void>>* kept_by_this_rank = nullptr;
 
 template <typename T>
