@@ -246,9 +246,7 @@ BenchPlan plan_bench(const BenchOptions& o) {
                  "ranks must be <= " + std::to_string(visible_gpus) +
                      ", the number of visible CUDA devices (one rank per GPU)");
   }
-  // --ranks-per-node L: 0 < L <= --ranks, dividing it, in either mode (several nodes run on the
-  // CPU backend and, in normal mode, on the CUDA backend; CUDA decode mode rejects L < W when
-  // the op is created).
+  // --ranks-per-node L: 0 < L <= --ranks, dividing it, in either mode and on either backend.
   if (o.ranks_per_node) {
     const int l = *o.ranks_per_node;
     const std::string value = std::to_string(l);
