@@ -21,9 +21,11 @@ struct DevicePool {
   cudaStream_t stream = nullptr;  // allocations and frees only: no kernel ever waits on it
 };
 
+// Never destroyed: an op held by a static (an op cache) may free its memory during exit, after
+// function-local statics are gone.
 std::mutex& pools_mutex() {
-  static std::mutex mu;
-  return mu;
+  static std::mutex* mu = new std::mutex();
+  return *mu;
 }
 
 // Made once per device and kept for the life of the process (like the driver's default pool).
@@ -31,9 +33,9 @@ std::mutex& pools_mutex() {
 // unused memory back to the driver, and unmapping it can wait for the device. Peers that can
 // reach this device get access, as cudaMalloc's memory has once peer access is on.
 DevicePool& pool_of(int device) {
-  static std::map<int, DevicePool> pools;
+  static auto* pools = new std::map<int, DevicePool>();  // never destroyed, as the mutex
   std::lock_guard<std::mutex> lock(pools_mutex());
-  DevicePool& p = pools[device];
+  DevicePool& p = (*pools)[device];
   if (p.pool != nullptr) return p;
   DeviceGuard guard(device);
   cudaMemPoolProps props{};
