@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -98,6 +99,14 @@ inline cudaStream_t pooled_stream(int device, int index) {
     int previous = 0;
     MOE_EP_CUDA_CHECK(cudaGetDevice(&previous));
     MOE_EP_CUDA_CHECK(cudaSetDevice(device));
+    // MOE_EP_TEST_STREAM_SKIP=N makes N streams first and never uses them, which moves the pool
+    // to other hardware queues: an experiment on the one-GPU world's stall (docs/perf-notes.md,
+    // open leads), whose held rank would move with it if two streams sharing a queue cause it.
+    const char* skip = std::getenv("MOE_EP_TEST_STREAM_SKIP");
+    for (int i = skip != nullptr ? std::atoi(skip) : 0; i > 0; --i) {
+      cudaStream_t unused = nullptr;
+      MOE_EP_CUDA_CHECK(cudaStreamCreateWithFlags(&unused, cudaStreamNonBlocking));
+    }
     pool.resize(kStreamPool);
     for (cudaStream_t& s : pool) {
       MOE_EP_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
