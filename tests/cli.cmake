@@ -281,6 +281,8 @@ if(TARGET moe-ep-link-floor)
                    ${MOE_EP_LINK_FLOOR} --sms 0)
   moe_ep_cli_error(link_floor_same_gpu 2 "--gpus=1,1" "two different devices" --
                    ${MOE_EP_LINK_FLOOR} --gpus 1,1)
+  moe_ep_cli_error(link_floor_three_gpus 2 "--gpus=0,1,2" "or one for copies inside it" --
+                   ${MOE_EP_LINK_FLOOR} --gpus 0,1,2)
   moe_ep_cli_error(link_floor_mib 2 "--mib=0" "outside [1, 16384]" --
                    ${MOE_EP_LINK_FLOOR} --mib 0)
   moe_ep_cli_error(link_floor_unknown 2 "--bogus" "unknown option" --

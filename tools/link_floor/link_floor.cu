@@ -7,9 +7,12 @@
 //   bulk   a kernel whose lane 0 of each block drives the bulk copy engine (cp.async.bulk):
 //          local memory -> shared memory -> peer memory in 4 stages of 32 KiB, 1 block per SM
 // Both ways at once, GPU a sends to b while b sends to a, each on its own stream, and the figure
-// is the bytes of one direction over the slower GPU's time. Each measurement is the median of
+// is the bytes of one direction over the slower GPU's time. With one GPU (--gpus A) the same
+// three methods copy inside its memory (source and destination both local; `copy` is a device to
+// device cudaMemcpyAsync): the floor of a world-size-1 leg at each SM budget, where every byte is
+// read once and written once. Each measurement is the median of
 // --reps timed repetitions after one warm-up, CUDA events on each sending GPU's stream.
-// Usage: moe-ep-link-floor [--gpus A,B] [--mib N] [--reps N] [--sms LIST]
+// Usage: moe-ep-link-floor [--gpus A,B | --gpus A] [--mib N] [--reps N] [--sms LIST]
 // Exit 0 on success, 1 when a CUDA call fails, 2 for a bad argument (one stderr line).
 #include <cuda_runtime.h>
 
@@ -142,7 +145,11 @@ void launch(Method m, Side& s, size_t bytes, int sms) {
   CK(cudaEventRecord(s.start, s.stream));
   switch (m) {
     case Method::kCopy:
-      CK(cudaMemcpyPeerAsync(s.dst, s.peer, s.src, s.device, bytes, s.stream));
+      if (s.peer == s.device) {
+        CK(cudaMemcpyAsync(s.dst, s.src, bytes, cudaMemcpyDeviceToDevice, s.stream));
+      } else {
+        CK(cudaMemcpyPeerAsync(s.dst, s.peer, s.src, s.device, bytes, s.stream));
+      }
       break;
     case Method::kStore16:
       store16_kernel<<<2 * sms, kStoreThreads, 0, s.stream>>>(
@@ -207,15 +214,17 @@ int run(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
     if (flag == "--help" || flag == "-h") {
-      std::printf("usage: moe-ep-link-floor [--gpus A,B] [--mib N] [--reps N] [--sms LIST]\n");
+      std::printf(
+          "usage: moe-ep-link-floor [--gpus A,B | --gpus A] [--mib N] [--reps N] [--sms LIST]\n");
       return 0;
     }
     if (i + 1 >= argc) throw BadArgument(flag + ": needs a value");
     const std::string value = argv[++i];
     if (flag == "--gpus") {
       gpus = parse_list(flag, value, 0, 1023);
-      if (gpus.size() != 2 || gpus[0] == gpus[1]) {
-        throw BadArgument("--gpus=" + value + ": needs two different devices, e.g. 0,1");
+      if (gpus.size() > 2 || (gpus.size() == 2 && gpus[0] == gpus[1])) {
+        throw BadArgument("--gpus=" + value +
+                          ": needs two different devices (e.g. 0,1), or one for copies inside it");
       }
     } else if (flag == "--mib") {
       mib = parse_list(flag, value, 1, 16384).at(0);
@@ -246,22 +255,25 @@ int run(int argc, char** argv) {
   // Whole bulk chunks, so that every method moves the same bytes.
   const size_t bytes = (static_cast<size_t>(mib) << 20) / kBulkChunk * kBulkChunk;
 
-  Side sides[2];
-  for (int k = 0; k < 2; ++k) {
+  const bool local = gpus.size() == 1;
+  std::vector<Side> sides(local ? 1 : 2);
+  for (size_t k = 0; k < sides.size(); ++k) {
     sides[k].device = gpus[k];
-    sides[k].peer = gpus[1 - k];
+    sides[k].peer = local ? gpus[0] : gpus[1 - k];
   }
   for (Side& s : sides) {
     CK(cudaSetDevice(s.device));
-    int can = 0;
-    CK(cudaDeviceCanAccessPeer(&can, s.device, s.peer));
-    if (!can) {
-      throw CudaFailure("GPU " + std::to_string(s.device) + " cannot access GPU " +
-                        std::to_string(s.peer) + " directly (no peer access)");
+    if (!local) {
+      int can = 0;
+      CK(cudaDeviceCanAccessPeer(&can, s.device, s.peer));
+      if (!can) {
+        throw CudaFailure("GPU " + std::to_string(s.device) + " cannot access GPU " +
+                          std::to_string(s.peer) + " directly (no peer access)");
+      }
+      const cudaError_t peer = cudaDeviceEnablePeerAccess(s.peer, 0);
+      if (peer != cudaErrorPeerAccessAlreadyEnabled) CK(peer);
+      cudaGetLastError();
     }
-    const cudaError_t peer = cudaDeviceEnablePeerAccess(s.peer, 0);
-    if (peer != cudaErrorPeerAccessAlreadyEnabled) CK(peer);
-    cudaGetLastError();
     CK(cudaMalloc(&s.src, bytes));
     CK(cudaMemset(s.src, 0x5a, bytes));
     CK(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking));
@@ -281,15 +293,33 @@ int run(int argc, char** argv) {
 
   cudaDeviceProp prop{};
   CK(cudaGetDeviceProperties(&prop, gpus[0]));
-  std::printf(
-      "# moe-ep-link-floor: GPU %d <-> GPU %d (%s, %d SMs), %.1f MiB per direction, "
-      "median of %d reps; GB/s = 1e9 bytes/s per direction\n",
-      gpus[0], gpus[1], prop.name, device_sms, bytes / 1048576.0, reps);
-  std::printf("%-6s %5s %12s %12s %12s\n", "method", "sms", "one_way", "both_ways", "both/one");
+  if (local) {
+    std::printf(
+        "# moe-ep-link-floor: inside GPU %d (%s, %d SMs), %.1f MiB copied, median of %d reps; "
+        "GB/s = 1e9 bytes copied/s (each read once and written once: twice that in HBM "
+        "traffic)\n",
+        gpus[0], prop.name, device_sms, bytes / 1048576.0, reps);
+    std::printf("%-6s %5s %12s\n", "method", "sms", "copied");
+  } else {
+    std::printf(
+        "# moe-ep-link-floor: GPU %d <-> GPU %d (%s, %d SMs), %.1f MiB per direction, "
+        "median of %d reps; GB/s = 1e9 bytes/s per direction\n",
+        gpus[0], gpus[1], prop.name, device_sms, bytes / 1048576.0, reps);
+    std::printf("%-6s %5s %12s %12s %12s\n", "method", "sms", "one_way", "both_ways", "both/one");
+  }
   Side* a = &sides[0];
-  Side* b = &sides[1];
+  Side* b = local ? nullptr : &sides[1];
   auto row = [&](Method m, int sms) {
     const double one = measure(m, {a}, bytes, sms, reps);
+    if (local) {
+      if (m == Method::kCopy) {
+        std::printf("%-6s %5s %12.1f\n", name(m), "-", one);
+      } else {
+        std::printf("%-6s %5d %12.1f\n", name(m), sms, one);
+      }
+      std::fflush(stdout);
+      return;
+    }
     const double both = measure(m, {a, b}, bytes, sms, reps);
     if (m == Method::kCopy) {
       std::printf("%-6s %5s %12.1f %12.1f %12.3f\n", name(m), "-", one, both, both / one);
