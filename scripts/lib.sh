@@ -107,3 +107,24 @@ moe_ep_cuda_path() {
   done
   return 0
 }
+
+# Configures and builds the CUDA backend with its tests in $1 (the GPU machines' build: CUDA
+# required, Release, MOE_EP_CUDA_ARCH or sm_90), with Open MPI from build/mpi when it is there
+# (scripts/mpi-bundle); the logs configure.log and build.log go to $2. Used by scripts/gpu-test
+# and scripts/multi-gpu-bench.
+moe_ep_gpu_build() {
+  local build_dir=$1 log_dir=$2
+  local generator=()
+  command -v ninja >/dev/null 2>&1 && generator=(-G Ninja)
+  if [[ -d build/mpi/usr/bin ]]; then
+    # shellcheck source=scripts/mpi-env
+    . scripts/mpi-env build/mpi
+  fi
+  cmake -S . -B "$build_dir" "${generator[@]}" \
+    -DCMAKE_BUILD_TYPE=Release \
+    -DMOE_EP_ENABLE_CUDA=ON \
+    -DPython3_EXECUTABLE="$(command -v python3)" \
+    -DCMAKE_CUDA_ARCHITECTURES="${MOE_EP_CUDA_ARCH:-90}" \
+    -DMOE_EP_BUILD_TESTS=ON 2>&1 | tee "$log_dir/configure.log"
+  cmake --build "$build_dir" -j "$(moe_ep_jobs)" 2>&1 | tee "$log_dir/build.log"
+}
