@@ -288,3 +288,9 @@ if(TARGET moe-ep-link-floor)
   moe_ep_cli_error(link_floor_unknown 2 "--bogus" "unknown option" --
                    ${MOE_EP_LINK_FLOOR} --bogus 1)
 endif()
+
+# scripts/multi-gpu-bench --dry-run lists its steps without a GPU (and writes nothing).
+add_test(NAME scripts_multi_gpu_bench_dry_run
+         COMMAND bash ${PROJECT_SOURCE_DIR}/scripts/multi-gpu-bench --dry-run)
+set_tests_properties(scripts_multi_gpu_bench_dry_run PROPERTIES LABELS cpu
+                     PASS_REGULAR_EXPRESSION "ctest-multi: ctest --test-dir [^ ]+ --output-on-failure")
