@@ -131,6 +131,13 @@ inline std::vector<RankOutcome> run_world_outcomes(
   std::vector<RankOutcome> outcomes(comms.size());
   std::vector<std::vector<std::shared_ptr<void>>> kept(comms.size());  // see kept_op
   std::vector<HostTrace> traces(comms.size());
+  // Each rank has its own streams and pinned staging in the pool (testing/gpu.h) up to
+  // kPooledRanks ranks; more would share them across threads.
+  if (comms.size() > static_cast<size_t>(kPooledRanks)) {
+    throw std::invalid_argument("run_world: " + std::to_string(comms.size()) +
+                                " ranks; the tests' stream pool serves at most " +
+                                std::to_string(kPooledRanks));
+  }
   WorldBarrier barrier(static_cast<int>(comms.size()));
   test_stream_of(0);  // the stream pool set up before any rank runs (testing/gpu.h)
   std::vector<std::thread> threads;
