@@ -200,22 +200,9 @@ void launch_scaled_expert(const OpConfig& c, int world_size, int rank,
   MOE_EP_CUDA_CHECK(cudaGetLastError());
 }
 
-// Inputs of replay `i`: new routing and weights every time; every 7th replay masks every token
-// (zero tokens by masking), others mask 20% of slots and every slot of every 5th token.
+// Replay i's inputs: testing::replay_inputs with this file's seed offset.
 std::vector<RankInput> replay_inputs(const OpConfig& c, int world_size, int i) {
-  InputSpec spec;
-  spec.world_size = world_size;
-  spec.config = c;
-  spec.mask_prob = 0.2;
-  std::vector<RankInput> inputs =
-      testing::make_inputs(spec, testing::test_seed() + 1000 + i,
-                           std::vector<int64_t>(world_size, c.max_tokens_per_rank));
-  for (RankInput& in : inputs) {
-    for (int64_t t = 0; t < in.num_tokens; ++t) {
-      if (i % 7 == 0 || (t + i) % 5 == 0) in.mask_token(t);
-    }
-  }
-  return inputs;
+  return testing::replay_inputs(c, world_size, i, 1000);
 }
 
 TEST(GpuLowLatencyGraph, CapturedRoundReplays200TimesWithNewInputs) {
@@ -256,9 +243,7 @@ TEST(GpuLowLatencyGraph, CapturedRoundReplays200TimesWithNewInputs) {
     testing::world_barrier();  // every rank instantiated before any launches (gpu_world.h)
     for (int i = 0; i < replays; ++i) {
       const RankInput& in = inputs[i][rank];
-      testing::upload(input.topk_idx.ptr.get(), in.topk_idx, stream.s);
-      testing::upload(input.topk_weights.ptr.get(), in.topk_weights, stream.s);
-      testing::upload(input.x.ptr.get(), in.x, stream.s);
+      input.upload(in, stream.s);
       MOE_EP_CUDA_CHECK(cudaGraphLaunch(exec, stream.s));
       MOE_EP_CUDA_CHECK(cudaStreamSynchronize(stream.s));
       LowLatencyRound& round = rounds[i];
@@ -522,9 +507,7 @@ TEST(GpuLowLatencyHooksGraph, CapturedTwoMicroBatchRoundReplaysWithNewInputs) {
       for (int m = 0; m < 2; ++m) {
         const RankInput& in = (m == 0 ? a[i] : b[i]).inputs[rank];
         const testing::DeviceInput& dev = batches[m]->input;
-        testing::upload(dev.topk_idx.ptr.get(), in.topk_idx, stream.s);
-        testing::upload(dev.topk_weights.ptr.get(), in.topk_weights, stream.s);
-        testing::upload(dev.x.ptr.get(), in.x, stream.s);
+        dev.upload(in, stream.s);
       }
       MOE_EP_CUDA_CHECK(cudaGraphLaunch(exec, stream.s));
       MOE_EP_CUDA_CHECK(cudaStreamSynchronize(stream.s));

@@ -66,22 +66,9 @@ std::vector<RankInput> decode_inputs(const OpConfig& c, int world_size, uint64_t
   return testing::make_inputs(spec, testing::test_seed() + salt, tokens);
 }
 
-// Replay `i` of the graph test: every rank Tmax tokens (the captured shape), new routing each
-// time; every 7th replay masks every token, the others 20% of slots and every 5th token.
+// Replay i's inputs: testing::replay_inputs with this file's seed offset.
 std::vector<RankInput> replay_inputs(const OpConfig& c, int world_size, int i) {
-  InputSpec spec;
-  spec.world_size = world_size;
-  spec.config = c;
-  spec.mask_prob = 0.2;
-  std::vector<RankInput> inputs =
-      testing::make_inputs(spec, testing::test_seed() + 2000 + i,
-                           std::vector<int64_t>(world_size, c.max_tokens_per_rank));
-  for (RankInput& in : inputs) {
-    for (int64_t t = 0; t < in.num_tokens; ++t) {
-      if (i % 7 == 0 || (t + i) % 5 == 0) in.mask_token(t);
-    }
-  }
-  return inputs;
+  return testing::replay_inputs(c, world_size, i, 2000);
 }
 
 // Every rank's dispatch outputs of one round against the reference, bit for bit.
@@ -162,9 +149,7 @@ TEST_P(GpuLowLatencyNodes, CapturedDispatchReplaysWithNewInputs) {
     testing::world_barrier();  // every rank instantiated before any launches (gpu_world.h)
     for (int i = 0; i < replays; ++i) {
       const RankInput& in = inputs[i][rank];
-      testing::upload(input.topk_idx.ptr.get(), in.topk_idx, stream.s);
-      testing::upload(input.topk_weights.ptr.get(), in.topk_weights, stream.s);
-      testing::upload(input.x.ptr.get(), in.x, stream.s);
+      input.upload(in, stream.s);
       MOE_EP_CUDA_CHECK(cudaGraphLaunch(exec, stream.s));
       MOE_EP_CUDA_CHECK(cudaStreamSynchronize(stream.s));
       got[i][rank] = reference::copy_low_latency_outputs(d, testing::device_to_host);
@@ -348,9 +333,7 @@ TEST_P(GpuLowLatencyNodes, CapturedRoundOfEveryPairReplaysWithNewInputs) {
       testing::world_barrier();  // every rank instantiated before any launches (gpu_world.h)
       for (int i = 0; i < replays; ++i) {
         const RankInput& in = inputs[i][rank];
-        testing::upload(input.topk_idx.ptr.get(), in.topk_idx, stream.s);
-        testing::upload(input.topk_weights.ptr.get(), in.topk_weights, stream.s);
-        testing::upload(input.x.ptr.get(), in.x, stream.s);
+        input.upload(in, stream.s);
         MOE_EP_CUDA_CHECK(cudaGraphLaunch(exec, stream.s));
         MOE_EP_CUDA_CHECK(cudaStreamSynchronize(stream.s));
         received[i][rank] = reference::copy_low_latency_outputs(d, testing::device_to_host);

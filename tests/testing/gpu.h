@@ -230,6 +230,14 @@ struct DeviceInput {
   DeviceBuffer x, x_scales, topk_idx, topk_weights;
   DispatchArgs view;
 
+  // New inputs of the same shape (bf16 x) into these buffers, e.g. a captured graph's, on
+  // `stream` (synchronised when this returns).
+  void upload(const RankInput& in, cudaStream_t stream) const {
+    testing::upload(topk_idx.ptr.get(), in.topk_idx, stream);
+    testing::upload(topk_weights.ptr.get(), in.topk_weights, stream);
+    testing::upload(x.ptr.get(), in.x, stream);
+  }
+
   DeviceInput(const RankInput& in, int device) {
     DispatchArgs host = in.args();
     x = in.prequantized() ? DeviceBuffer::copy_of(in.x_payload) : DeviceBuffer::copy_of(in.x);

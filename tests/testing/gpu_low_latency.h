@@ -13,6 +13,25 @@
 
 namespace moe_ep::testing {
 
+// Inputs of replay `i` of a graph test, every rank Tmax tokens (the captured shape), seeded from
+// test_seed() + salt + i: new routing and weights every time; every 7th replay masks every token
+// (zero tokens by masking), the others 20% of slots and every slot of every 5th token.
+inline std::vector<RankInput> replay_inputs(const OpConfig& c, int world_size, int i,
+                                            uint64_t salt) {
+  InputSpec spec;
+  spec.world_size = world_size;
+  spec.config = c;
+  spec.mask_prob = 0.2;
+  std::vector<RankInput> inputs = make_inputs(
+      spec, test_seed() + salt + i, std::vector<int64_t>(world_size, c.max_tokens_per_rank));
+  for (RankInput& in : inputs) {
+    for (int64_t t = 0; t < in.num_tokens; ++t) {
+      if (i % 7 == 0 || (t + i) % 5 == 0) in.mask_token(t);
+    }
+  }
+  return inputs;
+}
+
 // One eager round on rank `rank`: dispatch on the GPU, the reference's expert on the downloaded
 // slabs, combine; outputs downloaded into `round`.
 inline void gpu_low_latency_round(Op& op, int rank, LowLatencyRound& round, cudaStream_t stream) {

@@ -8,17 +8,15 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <chrono>
-#include <condition_variable>
 #include <cstdlib>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "backends/cpu/barrier.h"
 #include "testing/gpu.h"
 #include "testing/harness.h"
 
@@ -78,49 +76,18 @@ struct TestStream {
   TestStream& operator=(const TestStream&) = delete;
 };
 
-// A barrier of the world's rank threads (world_barrier below). A rank that throws breaks it, so
-// that the others throw instead of waiting for it; a wait longer than 120 s throws too.
-class WorldBarrier {
- public:
-  explicit WorldBarrier(int n) : n_(n) {}
-  void arrive_and_wait() {
-    std::unique_lock<std::mutex> lock(mu_);
-    if (broken_) throw std::runtime_error("world_barrier: another rank failed");
-    const int generation = generation_;
-    if (++count_ == n_) {
-      count_ = 0;
-      ++generation_;
-      cv_.notify_all();
-      return;
-    }
-    const bool passed = cv_.wait_for(lock, std::chrono::seconds(120),
-                                     [&] { return broken_ || generation_ != generation; });
-    if (generation_ != generation) return;
-    throw std::runtime_error(passed ? "world_barrier: another rank failed"
-                                    : "world_barrier: not every rank arrived in 120 s");
-  }
-  void break_all() {
-    std::lock_guard<std::mutex> lock(mu_);
-    broken_ = true;
-    cv_.notify_all();
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  int n_;
-  int count_ = 0;
-  int generation_ = 0;
-  bool broken_ = false;
-};
-inline thread_local WorldBarrier* world_barrier_of_this_rank = nullptr;
+// The runner's barrier of the rank threads (the CPU backend's bounded barrier: a rank that
+// throws breaks it, so the others throw instead of waiting; a wait has a bound).
+inline thread_local cpu_backend::BoundedBarrier* world_barrier_of_this_rank = nullptr;
 
 // Waits until every rank of the world has arrived. For a point after which a rank's kernels may
 // wait on its peers while a peer's host thread could still be in a call that waits for the whole
 // device: cudaGraphInstantiate (which may allocate device memory) is one. With it, every rank
 // has instantiated its graph before any rank launches one.
 inline void world_barrier() {
-  if (world_barrier_of_this_rank != nullptr) world_barrier_of_this_rank->arrive_and_wait();
+  if (world_barrier_of_this_rank != nullptr) {
+    world_barrier_of_this_rank->arrive_and_wait(test_rank, "world_barrier");
+  }
 }
 
 // Runs fn(rank, comm) for every communicator on its own thread (device 0) and returns what
@@ -138,7 +105,7 @@ inline std::vector<RankOutcome> run_world_outcomes(
                                 " ranks; the tests' stream pool serves at most " +
                                 std::to_string(kPooledRanks));
   }
-  WorldBarrier barrier(static_cast<int>(comms.size()));
+  cpu_backend::BoundedBarrier barrier(static_cast<int>(comms.size()), 120.0);
   test_stream_of(0);  // the stream pool set up before any rank runs (testing/gpu.h)
   std::vector<std::thread> threads;
   for (size_t r = 0; r < comms.size(); ++r) {
@@ -153,10 +120,10 @@ inline std::vector<RankOutcome> run_world_outcomes(
         fn(static_cast<int>(r), comms[r]);
       } catch (const Error& e) {
         o = {true, e.code(), e.what(), true};
-        barrier.break_all();
+        barrier.break_group(static_cast<int>(r), e.code(), e.what());
       } catch (const std::exception& e) {
         o = {true, ErrorCode::kInternal, e.what(), false};
-        barrier.break_all();
+        barrier.break_group(static_cast<int>(r), ErrorCode::kInternal, e.what());
       }
       world_barrier_of_this_rank = nullptr;
     });

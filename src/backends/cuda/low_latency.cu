@@ -28,6 +28,14 @@ cudaError_t launch_following(void (*kernel)(Args...), int blocks, int threads, c
   return cudaLaunchKernelEx(&config, kernel, p);
 }
 
+// Blocks of Policy::kDataThreads for `items` warp-sized work items, at least 1 and at most
+// `num_blocks` (the op's budget).
+int blocks_for_warp_items(int64_t items, int num_blocks) {
+  const int64_t warps_per_block = Policy::kDataThreads / 32;
+  const int64_t blocks = (items + warps_per_block - 1) / warps_per_block;
+  return static_cast<int>(blocks < 1 ? 1 : blocks > num_blocks ? num_blocks : blocks);
+}
+
 }  // namespace
 
 cudaError_t launch_ll_step(const LowLatencyParams& p, cudaStream_t stream) {
@@ -52,10 +60,7 @@ cudaError_t launch_ll_expand(DispatchDtype dtype, const LowLatencyParams& p, int
     // No more blocks than the most work items a call can have: the blocks wait for the peers'
     // rows, and idle waiting blocks would only hold SMs (other ranks' sends among them, when
     // ranks share a GPU).
-    const int64_t warps_per_block = Policy::kDataThreads / 32;
-    const int64_t needed =
-        (LlExpandItems::of(p).most_items(p) + warps_per_block - 1) / warps_per_block;
-    const int blocks = static_cast<int>(needed < num_blocks ? needed : num_blocks);
+    const int blocks = blocks_for_warp_items(LlExpandItems::of(p).most_items(p), num_blocks);
     return launch_following(ll_expand_kernel<F>, blocks, Policy::kDataThreads, stream, p);
   });
 }
@@ -110,13 +115,9 @@ cudaError_t launch_ll_forward(const LowLatencyParams& p, int num_blocks, cudaStr
   // One warp per (remote node, token) at most; the same grid every call (capturable). A
   // combine's forward stores the step words only: one block.
   if (p.kind != static_cast<int>(CallKind::kLowLatencyDispatch)) num_blocks = 1;
-  const int64_t warps_per_block = Policy::kDataThreads / 32;
   const int64_t items = static_cast<int64_t>(p.nodes.num_nodes - 1) * p.info.max_tokens;
-  int64_t blocks = (items + warps_per_block - 1) / warps_per_block;
-  if (blocks > num_blocks) blocks = num_blocks;
-  if (blocks < 1) blocks = 1;
-  return launch_following(ll_forward_kernel, static_cast<int>(blocks), Policy::kDataThreads, stream,
-                          p);
+  return launch_following(ll_forward_kernel, blocks_for_warp_items(items, num_blocks),
+                          Policy::kDataThreads, stream, p);
 }
 
 cudaError_t launch_ll_combine_forward(CombineDtype dtype, const LowLatencyParams& p, int num_blocks,
@@ -124,13 +125,9 @@ cudaError_t launch_ll_combine_forward(CombineDtype dtype, const LowLatencyParams
   return formats::visit_format(dtype, [&](auto format) {
     using F = decltype(format);
     // One warp per (remote node, token, slice) at most; the same grid every call (capturable).
-    const int64_t warps_per_block = Policy::kDataThreads / 32;
     const int64_t items =
         static_cast<int64_t>(p.nodes.num_nodes - 1) * p.info.max_tokens * p.layout.ll_slices;
-    int64_t blocks = (items + warps_per_block - 1) / warps_per_block;
-    if (blocks > num_blocks) blocks = num_blocks;
-    if (blocks < 1) blocks = 1;
-    return launch_following(ll_combine_forward_kernel<F>, static_cast<int>(blocks),
+    return launch_following(ll_combine_forward_kernel<F>, blocks_for_warp_items(items, num_blocks),
                             Policy::kDataThreads, stream, p);
   });
 }
@@ -140,12 +137,8 @@ cudaError_t launch_ll_combine_reduce(CombineDtype dtype, const LowLatencyParams&
   return formats::visit_format(dtype, [&](auto format) {
     using F = decltype(format);
     // Sized by Tmax, not T: the same grid every call with the same shapes.
-    const int64_t warps_per_block = Policy::kDataThreads / 32;
     const int64_t items = static_cast<int64_t>(p.info.max_tokens) * p.layout.ll_slices;
-    int64_t blocks = (items + warps_per_block - 1) / warps_per_block;
-    if (blocks > num_blocks) blocks = num_blocks;
-    if (blocks < 1) blocks = 1;
-    return launch_following(ll_combine_reduce_kernel<F>, static_cast<int>(blocks),
+    return launch_following(ll_combine_reduce_kernel<F>, blocks_for_warp_items(items, num_blocks),
                             Policy::kDataThreads, stream, p);
   });
 }
