@@ -46,10 +46,11 @@ cudaError_t launch_ll_send(DispatchDtype dtype, bool prequantized, const LowLate
                            int num_blocks, cudaStream_t stream) {
   return formats::visit_format(dtype, [&](auto format) {
     using F = decltype(format);
-    return prequantized ? launch_following(ll_send_kernel<F, true>, num_blocks,
-                                           Policy::kDataThreads, stream, p)
-                        : launch_following(ll_send_kernel<F, false>, num_blocks,
-                                           Policy::kDataThreads, stream, p);
+    const auto kernel =
+        p.nodes.several()
+            ? (prequantized ? ll_send_kernel<F, true, true> : ll_send_kernel<F, false, true>)
+            : (prequantized ? ll_send_kernel<F, true, false> : ll_send_kernel<F, false, false>);
+    return launch_following(kernel, num_blocks, Policy::kDataThreads, stream, p);
   });
 }
 
@@ -91,8 +92,10 @@ cudaError_t preload_ll_kernels() {
     if (status != cudaSuccess) return status;
     status = formats::visit_format(dtype, [](auto format) {
       using F = decltype(format);
-      cudaError_t s = load_kernel(ll_send_kernel<F, true>);
-      if (s == cudaSuccess) s = load_kernel(ll_send_kernel<F, false>);
+      cudaError_t s = load_kernel(ll_send_kernel<F, true, false>);
+      if (s == cudaSuccess) s = load_kernel(ll_send_kernel<F, false, false>);
+      if (s == cudaSuccess) s = load_kernel(ll_send_kernel<F, true, true>);
+      if (s == cudaSuccess) s = load_kernel(ll_send_kernel<F, false, true>);
       if (s == cudaSuccess) s = load_kernel(ll_expand_kernel<F>);
       return s;
     });

@@ -130,17 +130,24 @@ __device__ __forceinline__ uint64_t token_destinations(const int32_t* slots, con
 __device__ __forceinline__ char* ll_message_out(const LowLatencyParams& p, int n) {
   return p.msg_out + static_cast<int64_t>(p.nodes.slot(n)) * p.msg.bytes;
 }
+// kNodes: the op spans several nodes (p.nodes.several()); the one-node instantiation of the send
+// has none of the branches across nodes (they cost about 1 us per decode dispatch decided at run
+// time: docs/perf-notes.md, v20).
+template <bool kNodes>
 __device__ __forceinline__ bool ll_by_store(const LowLatencyParams& p, int d) {
-  return !p.nodes.several() || p.nodes.same_node(d);
+  return !kNodes || p.nodes.same_node(d);
 }
 
 // Where token t's encoded row goes for destination d of `mask` (its destinations): d's stage
 // row when d is reached by stores; else, for the lowest destination of d's node only, row t of
 // this rank's message for that node (nullptr for the node's other destinations: one row per
 // node crosses the network).
+template <bool kNodes>
 __device__ __forceinline__ char* ll_send_row(const LowLatencyParams& p, int d, int64_t t,
                                              uint64_t mask) {
-  if (ll_by_store(p, d)) return p.peers.base[d] + p.layout.ll_stage_offset(p.info.rank, t);
+  if (ll_by_store<kNodes>(p, d)) {
+    return p.peers.base[d] + p.layout.ll_stage_offset(p.info.rank, t);
+  }
   const int n = d / p.nodes.node_size;
   const uint64_t below = mask & ((1ull << d) - 1);
   const uint64_t node_bits = (p.nodes.node_size >= 64 ? ~0ull : (1ull << p.nodes.node_size) - 1)
@@ -155,6 +162,7 @@ __device__ __forceinline__ char* ll_send_row(const LowLatencyParams& p, int d, i
 // one to this rank's count of it (send_counts). The destination places the token's row of
 // expert e at the sum of the earlier sources' counts of e plus this rank: canonical order
 // (source, then token) without a scan on the receiving side. Every lane of the warp calls it.
+template <bool kNodes>
 __device__ __forceinline__ void ll_send_slot_ranks(const LowLatencyParams& p, int64_t t,
                                                    const int32_t* slots, int lane) {
   const RankInfo& info = p.info;
@@ -205,7 +213,7 @@ __device__ __forceinline__ void ll_send_slot_ranks(const LowLatencyParams& p, in
     const int d = e / info.experts_per_rank;
     const int32_t value =
         first ? rank[h] : static_cast<int32_t>(static_cast<uint32_t>(rank[h]) | 0x80000000u);
-    if (ll_by_store(p, d)) {
+    if (ll_by_store<kNodes>(p, d)) {
       char* meta = p.peers.base[d] + p.layout.ll_meta_offset(info.rank, t);
       reinterpret_cast<int32_t*>(meta)[2 * k_slots + k] = value;
     } else {
@@ -218,7 +226,7 @@ __device__ __forceinline__ void ll_send_slot_ranks(const LowLatencyParams& p, in
   }
 }
 
-template <typename F, bool kPrequantized>
+template <typename F, bool kPrequantized, bool kNodes>
 __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm)
     ll_send_kernel(LowLatencyParams p) {
   ll_follow_previous_kernel();
@@ -229,7 +237,7 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
   // stopped this kernel above). Several nodes: the step in flight, whose verdict the settle
   // gives only after the exchange; the node agreed first (ll_node_step_kernel), and when it did
   // not, nothing is sent (the message's `sent` step stays old, so its rows are not forwarded).
-  const bool nodes = p.nodes.several();
+  constexpr bool nodes = kNodes;  // p.nodes.several(): the launcher picks the instantiation
   const uint64_t step = nodes ? p.state->step : p.state->dispatch_step;
   if (nodes && p.state->send_step != step) return;  // every block alike
   const int64_t slices =
@@ -247,7 +255,7 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
       const uint64_t mask = token_destinations(slots, info, c.lane);
       if (c.lane == 0) p.token_mask[t] = mask;
       for (int d = c.lane; d < info.world_size; d += 32) {
-        if (!ll_by_store(p, d)) continue;  // another node's forwarder stores its flags
+        if (!ll_by_store<kNodes>(p, d)) continue;  // another node's forwarder stores its flags
         const bool here = (mask >> d) & 1;
         // Plain stores: the done word released after them orders them.
         *reinterpret_cast<uint64_t*>(p.peers.base[d] + p.layout.ll_flag_offset(info.rank, t)) =
@@ -270,7 +278,7 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
       }
       for (uint64_t m = mask; m != 0;) {
         const int d = next_dest(m);
-        if (!ll_by_store(p, d)) continue;
+        if (!ll_by_store<kNodes>(p, d)) continue;
         char* meta = p.peers.base[d] + p.layout.ll_meta_offset(info.rank, t);
         for (int k = c.lane; k < info.topk; k += 32) {
           const int32_t e = slots[k];
@@ -279,7 +287,7 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
           reinterpret_cast<float*>(meta)[info.topk + k] = p.topk_weights[t * info.topk + k];
         }
       }
-      ll_send_slot_ranks(p, t, slots, c.lane);
+      ll_send_slot_ranks<kNodes>(p, t, slots, c.lane);
       continue;
     }
     const int64_t t = (item - tokens) / slices;
@@ -294,7 +302,7 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
       const auto* src_scales = static_cast<const uint8_t*>(p.x_scales) + t * scale_bytes;
       for (uint64_t m = mask; m != 0;) {
         const int d = next_dest(m);
-        char* row = ll_send_row(p, d, t, mask);
+        char* row = ll_send_row<kNodes>(p, d, t, mask);
         if (row == nullptr) continue;
         for (int64_t i = c.lane; i < vectors; i += 32) {
           reinterpret_cast<uint4*>(row)[i] = load_stream(src + i);
@@ -319,7 +327,7 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
         formats::encode_lane<F>(v[u], word, params);
         for (uint64_t m = mask; m != 0;) {
           const int d = next_dest(m);
-          char* row = ll_send_row(p, d, t, mask);
+          char* row = ll_send_row<kNodes>(p, d, t, mask);
           if (row != nullptr && elem < hidden) {
             store_lane<F>(row, row + payload_bytes, elem, word, params);
           }
@@ -339,7 +347,7 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
         for (int e = threadIdx.x; e < info.num_experts; e += blockDim.x) {
           const int d = e / info.experts_per_rank;
           const int32_t n = atomicExch(p.send_counts + e, 0);
-          if (ll_by_store(p, d)) {
+          if (ll_by_store<kNodes>(p, d)) {
             *reinterpret_cast<int32_t*>(
                 p.peers.base[d] +
                 p.layout.ll_counts_offset(info.rank, e - d * info.experts_per_rank)) = n;
