@@ -6,8 +6,7 @@
 namespace moe_ep::cuda_backend {
 
 cudaError_t launch_step(const StepParams& p, cudaStream_t stream) {
-  step_kernel<<<1, Policy::kMaxPeers, 0, stream>>>(p);
-  return cudaGetLastError();
+  return launch_following(step_kernel, dim3(1), dim3(Policy::kMaxPeers), 0, stream, p);
 }
 
 cudaError_t launch_create_rendezvous(const CreateParams& p, cudaStream_t stream) {

@@ -21,6 +21,7 @@
 namespace moe_ep::cuda_backend {
 
 __global__ void step_kernel(StepParams p) {
+  wait_previous_kernel();
   __shared__ StepVotes votes;
   if (threadIdx.x == 0) {
     init_step_votes(votes, p.err, p.info.world_size);
@@ -58,6 +59,7 @@ __global__ void step_kernel(StepParams p) {
                                     p.my_reason, p.timeout_ns, p.err, votes);
   }
   __syncthreads();
+  let_next_kernel_launch();  // the peers' words are in: the next kernel may be scheduled
   settle_step_votes(p.info, p.peers, p.layout, p.step, peer_info, p.outcome, p.err, votes);
 }
 

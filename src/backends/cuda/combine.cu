@@ -8,12 +8,9 @@ cudaError_t launch_combine(CombineDtype dtype, const CombineParams& p, int num_b
   return formats::visit_format(dtype, [&](auto format) {
     using F = decltype(format);
     // One node: this rank's own rows summed in place (combine.cuh, kOwnInPlace).
-    if (p.send_offset != nullptr && !p.nodes.several()) {
-      combine_kernel<F, true><<<num_blocks, Policy::kDataThreads, 0, stream>>>(p);
-    } else {
-      combine_kernel<F, false><<<num_blocks, Policy::kDataThreads, 0, stream>>>(p);
-    }
-    return cudaGetLastError();
+    const auto kernel = p.send_offset != nullptr && !p.nodes.several() ? combine_kernel<F, true>
+                                                                       : combine_kernel<F, false>;
+    return launch_following(kernel, dim3(num_blocks), dim3(Policy::kDataThreads), 0, stream, p);
   });
 }
 

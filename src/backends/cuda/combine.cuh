@@ -250,6 +250,9 @@ __device__ __forceinline__ void send_received_row(const CombineParams& p, int64_
 template <typename F, bool kOwnInPlace>
 __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm)
     combine_kernel(CombineParams p) {
+  // Launched following the step kernel (combine.cu). The call's last kernel: it lets nothing
+  // launch early, since its reduce waits on the peers until it ends.
+  wait_previous_kernel();
   // The step agreement failed or this rank rejected: nothing moves, on every rank.
   if (block_sees_error(p.err)) return;
   const WarpCoord c = warp_coord();

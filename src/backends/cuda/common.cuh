@@ -7,10 +7,42 @@
 
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 
 #include "backends/cuda/device_error.h"
 
 namespace moe_ep::cuda_backend {
+
+// Programmatic dependent launch. A kernel launched by launch_following may be scheduled while
+// the kernel before it on the stream still runs; it calls wait_previous_kernel() before anything
+// else, which returns once that kernel has completed and its memory operations are visible (the
+// stream order, without the launch gap). let_next_kernel_launch() allows the next kernel to be
+// scheduled early: each kernel calls it once it no longer waits on a peer, so that blocks parked
+// in wait_previous_kernel never hold SMs a peer's rank needs (the one-GPU world's ranks share
+// them). Launched without the attribute, or after a kernel that never calls it, both change
+// nothing.
+__device__ __forceinline__ void wait_previous_kernel() {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+}
+__device__ __forceinline__ void let_next_kernel_launch() {
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+
+template <typename... Params, typename... Args>
+cudaError_t launch_following(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                             cudaStream_t stream, Args&&... args) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
 
 __device__ __forceinline__ uint64_t global_timer_ns() {
   uint64_t t;

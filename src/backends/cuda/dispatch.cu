@@ -6,12 +6,10 @@ namespace moe_ep::cuda_backend {
 template <typename F, bool kPrequantized>
 static cudaError_t launch_dispatch_as(const DispatchParams& p, int num_blocks, cudaStream_t stream,
                                       bool with_wait) {
-  if (p.nodes.several()) {
-    dispatch_kernel<F, kPrequantized, true><<<num_blocks, Policy::kDataThreads, 0, stream>>>(p);
-  } else {
-    dispatch_kernel<F, kPrequantized, false><<<num_blocks, Policy::kDataThreads, 0, stream>>>(p);
-  }
-  cudaError_t status = cudaGetLastError();
+  const auto kernel = p.nodes.several() ? dispatch_kernel<F, kPrequantized, true>
+                                        : dispatch_kernel<F, kPrequantized, false>;
+  cudaError_t status =
+      launch_following(kernel, dim3(num_blocks), dim3(Policy::kDataThreads), 0, stream, p);
   if (status != cudaSuccess || !with_wait) return status;
   return launch_dispatch_wait(p, stream);
 }
@@ -26,8 +24,7 @@ cudaError_t launch_dispatch(DispatchDtype dtype, bool prequantized, const Dispat
 }
 
 cudaError_t launch_dispatch_wait(const DispatchParams& p, cudaStream_t stream) {
-  dispatch_wait_kernel<<<1, Policy::kMaxPeers, 0, stream>>>(p);
-  return cudaGetLastError();
+  return launch_following(dispatch_wait_kernel, dim3(1), dim3(Policy::kMaxPeers), 0, stream, p);
 }
 
 cudaError_t preload_dispatch_kernels() {

@@ -178,6 +178,9 @@ __device__ __forceinline__ void send_bytes(const DispatchParams& p, const RecvFi
 template <typename F, bool kPrequantized, bool kNodes>
 __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm)
     dispatch_kernel(DispatchParams p) {
+  // Following notify (dispatch.cu); nothing here waits on a peer, so the wait kernel may launch.
+  wait_previous_kernel();
+  let_next_kernel_launch();
   // Launched before the host has looked at the step's outcome: a rejected or failed call stops
   // here on every rank (the step kernel set the flag), so no data moves.
   if (block_sees_error(p.err)) return;
@@ -227,6 +230,7 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
 
 // Receiver role: wait until every source has released its done flag for this call.
 __global__ void dispatch_wait_kernel(DispatchParams p) {
+  wait_previous_kernel();
   if (block_sees_error(p.err)) return;
   const int src = threadIdx.x;
   if (src >= p.info.world_size) return;

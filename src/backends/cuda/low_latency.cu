@@ -9,23 +9,14 @@
 namespace moe_ep::cuda_backend {
 namespace {
 
-// Launches a decode kernel with programmatic dependent launch allowed (ll_follow_previous_kernel):
-// the kernel may be scheduled before the previous kernel on the stream has finished, and waits
-// for it on the device. Captured into a graph, the dependency becomes a programmatic edge.
-template <typename... Args>
-cudaError_t launch_following(void (*kernel)(Args...), int blocks, int threads, cudaStream_t stream,
+// A decode kernel with programmatic dependent launch (common.cuh, launch_following): scheduled
+// while the kernel before it runs, waiting for it on the device (ll_follow_previous_kernel).
+// Captured into a graph, the dependency becomes a programmatic edge.
+template <typename Kernel>
+cudaError_t launch_following(Kernel kernel, int blocks, int threads, cudaStream_t stream,
                              const LowLatencyParams& p) {
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(static_cast<unsigned int>(blocks));
-  config.blockDim = dim3(static_cast<unsigned int>(threads));
-  config.dynamicSmemBytes = 0;
-  config.stream = stream;
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
-  return cudaLaunchKernelEx(&config, kernel, p);
+  return cuda_backend::launch_following(kernel, dim3(static_cast<unsigned int>(blocks)),
+                                        dim3(static_cast<unsigned int>(threads)), 0, stream, p);
 }
 
 // Blocks of Policy::kDataThreads for `items` warp-sized work items, at least 1 and at most

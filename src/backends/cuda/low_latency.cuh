@@ -54,8 +54,8 @@ inline constexpr uint64_t kDecodeTag = 1ull << 63;
 // scheduled. Launched without the attribute (or after a kernel that never signals), both
 // instructions change nothing: the wait returns at once and the next kernel follows this one.
 __device__ __forceinline__ void ll_follow_previous_kernel() {
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  wait_previous_kernel();
+  let_next_kernel_launch();
 }
 
 // The decode step word's kind and verdict; the call number comes from LowLatencyState.

@@ -11,8 +11,8 @@ cudaError_t launch_validate(const ValidateParams& p, int max_blocks, cudaStream_
       p.validate && p.x_bf16 ? static_cast<int64_t>(p.num_tokens) * p.info.hidden : 0);
   const int64_t wanted = (work + Policy::kValidateThreads - 1) / Policy::kValidateThreads;
   const int blocks = static_cast<int>(std::clamp<int64_t>(wanted, 1, max_blocks));
-  validate_kernel<<<blocks, Policy::kValidateThreads, 0, stream>>>(p);
-  return cudaGetLastError();
+  return launch_following(validate_kernel, dim3(blocks), dim3(Policy::kValidateThreads), 0, stream,
+                          p);
 }
 
 cudaError_t launch_notify(const NotifyParams& p, int max_blocks, cudaStream_t stream) {
@@ -22,8 +22,8 @@ cudaError_t launch_notify(const NotifyParams& p, int max_blocks, cudaStream_t st
   // Several nodes launch the senders (W tickets) and the receiver (one block) apart.
   const int tickets = p.phase == kNotifyAll ? world + 1 : p.phase == kNotifySend ? world : 1;
   const int blocks = std::clamp(tickets, 1, max_blocks);
-  notify_kernel<<<blocks, Policy::kNotifyThreads, smem, stream>>>(p);
-  return cudaGetLastError();
+  return launch_following(notify_kernel, dim3(blocks), dim3(Policy::kNotifyThreads), smem, stream,
+                          p);
 }
 
 cudaError_t preload_notify_kernels() {

@@ -19,6 +19,8 @@
 namespace moe_ep::cuda_backend {
 
 __global__ void validate_kernel(ValidateParams p) {
+  wait_previous_kernel();  // the call's first kernel: after whatever ran before on the stream
+  let_next_kernel_launch();
   const RankInfo& info = p.info;
   if (p.started_ns != nullptr && blockIdx.x == 0 && threadIdx.x == 0) {
     *p.started_ns = global_timer_ns();
@@ -168,6 +170,7 @@ __device__ void notify_receive(const NotifyParams& p, int* counts /* [W*W] */) {
 
 __global__ void __launch_bounds__(Policy::kNotifyThreads) notify_kernel(NotifyParams p) {
   extern __shared__ int notify_smem[];  // [max(E/W, W*W)]
+  wait_previous_kernel();
   // The step agreement failed or this rank rejected: nothing moves, on every rank.
   if (block_sees_error(p.err)) return;
   if (p.phase == kNotifyReceive) {  // one block, after the transport (several nodes)
@@ -190,6 +193,7 @@ __global__ void __launch_bounds__(Policy::kNotifyThreads) notify_kernel(NotifyPa
       notify_receive(p, notify_smem);
     }
   }
+  let_next_kernel_launch();  // this block waits on no peer any more
   // The last block out resets the tickets for the op's next dispatch.
   if (threadIdx.x == 0 && atomicAdd(&p.tickets[1], 1u) == gridDim.x - 1) {
     p.tickets[0] = 0;
