@@ -458,35 +458,38 @@ TEST(Int8E3m4, HandWorkedBlocks) {
     int i = block * 32;
     for (float v : values) row.x[i++] = bf(v);
   };
+  // The code energy of a block is the sum of the squares of its int8 codes; e3m4 when it is
+  // below 2 * 127^2 = 32258.
   // Block 0: amax 127 -> int8 scale 127/127 = 1 (0x3f80), multiplier 1: codes are the
-  // nearest-even integers. The e3m4 candidate (scale 127/64 = 1.984375) cannot hold the odd
-  // integers 65..113 that fill the block (its step there is 4 * 1.984375), so its squared error
-  // (38.6) is far above int8's (1.25, from the five ties below): int8.
+  // nearest-even integers, and the odd integers 65..113 that fill the block give an energy far
+  // above the limit: int8.
   set(0, {127.0f, 0.5f, 1.5f, 2.5f, -2.5f, 126.5f, -0.0f});
   for (int i = 7; i < 32; ++i) row.x[i] = bf(static_cast<float>(65 + 2 * (i - 7)));
   // Block 1: one element of 64 and small ones. int8 (scale: 64/127 = 0.50394 rounded up to bf16
-  // 0.5078125) loses the small ones; e3m4 (scale 64 * 2^-6 = 1, exact) codes 64 as 0x70 and the
-  // small ones to the 1/16 grid: error 5 * (1/32)^2 + 0.003^2 against int8's 0.079: e3m4.
+  // 0.5078125) codes them 126, 0, 0, 2, 2, 4, -2, 0, 0, 0: energy 15904, below the limit, so
+  // e3m4 (scale 64 * 2^-6 = 1, exact), which codes 64 as 0x70 and the small ones to the 1/16
+  // grid.
   set(1, {64.0f, 1.0f / 32, 3.0f / 32, 31.0f / 32, 33.0f / 32, 63.0f / 32, -1.0f, -0.0f, 0.25f,
           3.0f / 1024});
   // Block 2: zeros and -0 -> word 0, codes 0, decoded +0.
   row.x[64 + 3] = 0x8000;
-  // Block 3: bf16 max alone: int8's error overflows to Inf, e3m4 codes it exactly as 0x70 with
-  // the scale (2 - 2^-7) * 2^121 (0x7c7f): e3m4, word 0xfc7f.
+  // Block 3: bf16 max alone: energy 127^2, e3m4, which codes it exactly as 0x70 with the scale
+  // (2 - 2^-7) * 2^121 (0x7c7f): word 0xfc7f.
   row.x[96] = 0x7f7f;
   // Block 4: NaN; block 5: -Inf -> word 0x7fc0, codes 0, every element decodes to NaN.
   set(4, {1.0f, kNaN, 2.0f});
   set(5, {-kInf, 1.0f});
   // Block 6: amax 2^-133 (bf16 0x0001): both scales round up to 2^-133, whose reciprocal 2^133
-  // overflows and is clamped to FLT_MAX: 2^-133 * FLT_MAX = (2 - 2^-23) * 2^-6 rounds to code 0
-  // in both codes (tied errors): int8, word 0x0001, the element decodes to 0 (the documented
-  // tiny-block deviation).
+  // overflows and is clamped to FLT_MAX: 2^-133 * FLT_MAX = (2 - 2^-23) * 2^-6 rounds to int8
+  // code 0 (energy 0: e3m4) and to e3m4 code 0 (below the midpoint 2^-5): word 0x8001, the
+  // element decodes to 0 (the documented tiny-block deviation).
   row.x[192 + 5] = 0x0001;
-  // Block 7: -127 and 127 with integers between: int8, scale 1, codes 0x81 / 0x7f.
+  // Block 7: -127 and 127 with integers between: scale 1, energy 2 * 127^2 + 9 + 25, just above
+  // the limit: int8, codes 0x81 / 0x7f.
   set(7, {-127.0f, 127.0f, 3.0f, -5.0f});
   row.run();
 
-  const uint16_t words[8] = {0x3f80, 0xbf80, 0x0000, 0xfc7f, 0x7fc0, 0x7fc0, 0x0001, 0x3f80};
+  const uint16_t words[8] = {0x3f80, 0xbf80, 0x0000, 0xfc7f, 0x7fc0, 0x7fc0, 0x8001, 0x3f80};
   for (int b = 0; b < 8; ++b) EXPECT_EQ(row.scales[b], words[b]) << "block " << b;
 
   const uint8_t codes0[7] = {0x7f, 0x00, 0x02, 0x02, 0xfe, 0x7e, 0x00};

@@ -221,7 +221,8 @@ TEST(FormatsRandom, Mxfp4RowMatchesFormula) {
 
 // The int8/e3m4 block of docs/formats.md, written out from its definition: scales rounded up to
 // bf16 by stepping a nearest-even bf16 up when it lies below, codes from ref_int8 and the e3m4
-// grid, error sums in fp32 over groups of 8 then pairwise, ties to int8.
+// grid, e3m4 when the sum of the squared int8 codes (an integer, summed in int64) is below
+// 2 * 127^2.
 struct RefInt8E3m4Block {
   uint16_t word = 0;
   uint8_t codes[32] = {};
@@ -258,7 +259,8 @@ RefInt8E3m4Block ref_int8_e3m4(const uint16_t* x) {
   const float s8 = bf16_to_float(w8), s3 = bf16_to_float(w3);
   const float m8 = multiplier(s8), m3 = multiplier(s3);
   uint8_t c8[32], c3[32];
-  float d8[32], d3[32], e8[4] = {}, e3[4] = {};
+  float d8[32], d3[32];
+  int64_t energy = 0;
   for (int i = 0; i < 32; ++i) {
     const float v = bf16_to_float(x[i]);
     const int q = ref_int8(v * m8);
@@ -266,13 +268,9 @@ RefInt8E3m4Block ref_int8_e3m4(const uint16_t* x) {
     d8[i] = static_cast<float>(q) * s8;
     c3[i] = ref_e3m4(v * m3);
     d3[i] = ref_value(c3[i], kE3m4Grid, 0x80) * s3;
-    const float err8 = d8[i] - v, err3 = d3[i] - v;
-    e8[i / 8] = e8[i / 8] + err8 * err8;
-    e3[i / 8] = e3[i / 8] + err3 * err3;
+    energy += static_cast<int64_t>(q) * q;
   }
-  const float sum8 = (e8[0] + e8[1]) + (e8[2] + e8[3]);
-  const float sum3 = (e3[0] + e3[1]) + (e3[2] + e3[3]);
-  const bool use_e3m4 = sum3 < sum8;
+  const bool use_e3m4 = energy < 2 * 127 * 127;
   r.word = use_e3m4 ? static_cast<uint16_t>(w3 | 0x8000) : w8;
   for (int i = 0; i < 32; ++i) {
     r.codes[i] = use_e3m4 ? c3[i] : c8[i];

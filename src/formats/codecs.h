@@ -131,14 +131,14 @@ struct Mxfp4Wire {
 };
 
 // int8 or e3m4 per block of 32, one bf16 scale word per block whose sign bit says which
-// (docs/formats.md#per-block-rules). Both candidates are computed for every block:
+// (docs/formats.md#per-block-rules), from two candidates:
 //   int8: scale s = the smallest bf16 >= amax / 127, codes clamp(rne(x * (1 / s)), -127, 127)
 //   e3m4: scale s = the smallest bf16 >= amax / 64 (exact for amax >= 2^-120, so amax codes as
 //         64), codes e3m4_satfinite(x * (1 / s))
-// and the block keeps the one whose decoded values have the smaller sum of squared errors (ties
-// to int8), the sum taken in fp32 over groups of kPickGroup elements and then pairwise. Uniform
-// int8 steps suit blocks of similar magnitudes; e3m4's relative steps keep the small elements of
-// a block that also holds an outlier. Decode: code value * s, e3m4 where bit 15 of the word is set.
+// The block takes e3m4 when its code energy, the sum of the squares of its int8 codes, is below
+// kInt8E3m4EnergyLimit (2 * 127^2), int8 otherwise. Uniform int8 steps suit blocks of similar
+// magnitudes (high energy); e3m4's relative steps keep the small elements of a block whose
+// energy sits in one or two elements near its maximum (an outlier). Decode: code value * s, e3m4 where bit 15 of the word is set.
 struct Int8E3m4Wire {
   static constexpr int kBitsPerElem = 8;
   static constexpr int kBlock = kInt8E3m4BlockSize;
@@ -157,10 +157,10 @@ struct Int8E3m4Wire {
     float e3m4_inv = 0.0f;
   };
   // A block holding Inf or NaN gets the NaN word 0x7fc0 (int8, all codes 0) and decodes to NaN;
-  // its error sums are NaN, which never compare smaller, so pick keeps it. A zero block gets the
-  // word 0 (int8, codes 0) and decodes to +0; its sums are both 0, a tie, so it stays int8 too.
+  // a zero block gets the word 0 (int8, codes 0) and decodes to +0. Neither has an e3m4
+  // candidate: its e3m4 fields equal its int8 ones, so pick changes nothing.
   MOE_EP_HD static Params block_params(float amax, bool any_nonfinite) {
-    if (any_nonfinite) return {kBf16NaN, 0.0f, static_cast<Scale>(kBf16NaN | kE3m4Bit), 0.0f};
+    if (any_nonfinite) return {kBf16NaN, 0.0f, kBf16NaN, 0.0f};
     if (amax == 0.0f) return {};
     const Scale s8 = bf16_round_up(amax / kInt8Max);
     const Scale s3 = bf16_round_up(amax * 0.015625f);  // amax * 2^-6, exact in float
@@ -176,19 +176,18 @@ struct Int8E3m4Wire {
     const float scale = bf16_to_float(static_cast<uint16_t>(s & 0x7fffu));
     return (is_e3m4(s) ? e3m4_to_float(c) : int8_to_float(c)) * scale;
   }
-  // Adds x's squared error under each candidate (decode(encode(x)) - x, squared, in fp32).
-  MOE_EP_HD static void add_errors(uint16_t x_bf16, const Params& p, float& err_int8,
-                                   float& err_e3m4) {
-    const float x = bf16_to_float(x_bf16);
-    const float d8 = decode(int8_satfinite(x * p.inv), p.stored) - x;
-    const float d3 = decode(e3m4_satfinite(x * p.e3m4_inv), p.e3m4_stored) - x;
-    err_int8 = err_int8 + d8 * d8;
-    err_e3m4 = err_e3m4 + d3 * d3;
+  // x's share of the block's code energy: the square of its int8 code (p holds the int8
+  // candidate, as block_params gives it). A block's energy is the sum of its 32 shares, an
+  // integer of at most 32 * 127^2 < 2^24, so fp32 adds it exactly in any order.
+  MOE_EP_HD static float code_energy(uint16_t x_bf16, const Params& p) {
+    const float q = int8_to_float(int8_satfinite(bf16_to_float(x_bf16) * p.inv));
+    return q * q;
   }
-  // The block's choice from its two error sums: e3m4 only when its sum is smaller (not on ties,
-  // not on NaN sums).
-  MOE_EP_HD static Params pick(Params p, float err_int8, float err_e3m4) {
-    if (err_e3m4 < err_int8) {
+  // The block's choice from its code energy: e3m4 when the energy is below kInt8E3m4EnergyLimit
+  // (docs/formats.md: the block's energy sits in a few elements near its maximum, where e3m4's
+  // relative steps keep the small ones that int8's uniform steps lose), int8 otherwise.
+  MOE_EP_HD static Params pick(Params p, float energy) {
+    if (energy < kInt8E3m4EnergyLimit) {
       p.stored = p.e3m4_stored;
       p.inv = p.e3m4_inv;
     }
@@ -208,31 +207,12 @@ MOE_EP_HD constexpr int64_t scales_of(int64_t n) {
   return F::kBlock == 0 ? 0 : n / F::kBlock;
 }
 
-// Elements per partial error sum of pick_code: one lane's share in the kernels, whose butterfly
-// shuffles then add the partial sums pairwise, (g0 + g1) + (g2 + g3), as this loop does.
-inline constexpr int kPickGroup = 8;
-
 // The block's code choice of a kPicksCode format: x holds the block's kBlock elements.
 template <typename F>
 MOE_EP_HD typename F::Params pick_code(const uint16_t* x, typename F::Params p) {
-  constexpr int kGroups = F::kBlock / kPickGroup;
-  static_assert(F::kBlock % kPickGroup == 0 && (kGroups & (kGroups - 1)) == 0,
-                "pick_code: the block must be a power-of-two number of groups");
-  float err_int8[kGroups], err_e3m4[kGroups];
-  for (int g = 0; g < kGroups; ++g) {
-    err_int8[g] = 0.0f;
-    err_e3m4[g] = 0.0f;
-    for (int j = 0; j < kPickGroup; ++j) {
-      F::add_errors(x[g * kPickGroup + j], p, err_int8[g], err_e3m4[g]);
-    }
-  }
-  for (int width = 1; width < kGroups; width *= 2) {
-    for (int g = 0; g < kGroups; g += 2 * width) {
-      err_int8[g] = err_int8[g] + err_int8[g + width];
-      err_e3m4[g] = err_e3m4[g] + err_e3m4[g + width];
-    }
-  }
-  return F::pick(p, err_int8[0], err_e3m4[0]);
+  float energy = 0.0f;
+  for (int i = 0; i < F::kBlock; ++i) energy = energy + F::code_energy(x[i], p);
+  return F::pick(p, energy);
 }
 
 // Host and device row codec: the reference loops that kernels must match.

@@ -1,7 +1,7 @@
 // Packed device versions of the wire codecs of formats/codecs.h, for the data kernels: a warp
 // walks a row 256 elements at a time, each lane holding 8 consecutive bf16 values (one 16-byte
 // load). Blocks of 128 (fp8) or 32 (mxfp4, int8/e3m4) elements span 16 or 4 lanes, whose amax
-// (and, for int8/e3m4, the error sums of the code choice) is combined with shuffles. The
+// (and, for int8/e3m4, the code energy that picks the code) is combined with shuffles. The
 // arithmetic per element is exactly F::block_params / pick_code / encode / decode, or (the
 // decodes of e4m3 and int8/e3m4 codes) builds the same exact code values another way, so the
 // result equals the scalar codec bit for bit (tests/test_gpu_formats.cu and
@@ -58,19 +58,15 @@ __device__ __forceinline__ typename F::Params lane_block_params(const uint4& v) 
     }
     typename F::Params p = F::block_params(amax, nonfinite != 0);
     if constexpr (F::kPicksCode) {
-      // pick_code: this lane's 8 elements are one group; the butterfly (offset 1, then 2, ...)
-      // adds the groups as (g0 + g1) + (g2 + g3), and IEEE addition commutes, so every lane of
-      // the block ends with the same two sums as the host loop.
-      static_assert(kPickGroup == kElemsPerLane, "pick_code groups must be one lane's elements");
-      float err_int8 = 0.0f, err_e3m4 = 0.0f;
+      // pick_code: the block's code energy, an integer sum that fp32 adds exactly in any order.
+      float energy = 0.0f;
 #pragma unroll
-      for (int j = 0; j < kElemsPerLane; ++j) F::add_errors(lane_elem(v, j), p, err_int8, err_e3m4);
+      for (int j = 0; j < kElemsPerLane; ++j) energy = energy + F::code_energy(lane_elem(v, j), p);
 #pragma unroll
       for (int offset = 1; offset < kLanesPerBlock; offset *= 2) {
-        err_int8 = err_int8 + __shfl_xor_sync(0xffffffffu, err_int8, offset);
-        err_e3m4 = err_e3m4 + __shfl_xor_sync(0xffffffffu, err_e3m4, offset);
+        energy = energy + __shfl_xor_sync(0xffffffffu, energy, offset);
       }
-      p = F::pick(p, err_int8, err_e3m4);
+      p = F::pick(p, energy);
     }
     return p;
   }

@@ -11,8 +11,8 @@
 //   mxfp4: the scaled value v = x * 2^-e is exact (a power of two), so its e2m1 code is counted
 //          from comparisons of two values at a time in f16x2 (exact for |v| < 8) against the
 //          rounding midpoints of the e2m1 grid;
-//   int8/e3m4: both candidates' codes, decoded values and error sums by float additions instead
-//          of float-int conversions, each element coded once per candidate (see below).
+//   int8/e3m4: the int8 codes and the block's code energy by float additions instead of
+//          float-int conversions; the e3m4 codes only in the lanes whose block picks e3m4.
 // tests/test_gpu_fast_codecs.cu and tests/test_gpu_formats.cu check each path against the scalar
 // traits exhaustively.
 #pragma once
@@ -91,14 +91,14 @@ __device__ __forceinline__ uint32_t e2m1x2(uint32_t w, float inv) {
 }
 
 // --- int8/e3m4 ---------------------------------------------------------------------------------
-// The reference (lane_block_params + lane_encode) codes each element with both candidates for the
-// error sums and again for the output, each time with a float-to-int conversion, and decodes both
-// candidates with int-to-float conversions; the conversions issue at a fraction of the rate of
-// float arithmetic. The fast path codes each element once per candidate by float additions
-// (int8_rounding_sum, e3m4_rounding_offset of scalar.h), takes each code and its decoded value
-// from the same sum, keeps both candidates' code words and selects one after the comparison. Every
-// float operation that reaches an error sum is the reference's operation on the same operands, so
-// the sums, the choice and the codes are the reference's bits.
+// The reference (lane_block_params + lane_encode) codes each element to int8 for the code energy
+// and again for the output, with a float-to-int conversion each time, and the chosen candidate's
+// decode converts back; the conversions issue at a fraction of the rate of float arithmetic. The
+// fast path codes each element to int8 once, by a float addition (int8_rounding_sum of scalar.h),
+// takes the code, its exact value q (for the energy, one exact fused multiply-add: q^2 and the
+// running integer sum are below 2^24) and its decoded value from the same sum, and codes the
+// elements of e3m4 blocks by another addition (e3m4_rounding_offset) only in the lanes whose
+// block picked e3m4: on activation-like rows almost no block does, so the warp skips that branch.
 //
 // It covers blocks of zeros and finite blocks with 2^-119 <= amax < 2^120: there
 //   - amax / 127 and amax * 2^-6 are normal floats, the latter exact, so the e3m4 scale is
@@ -106,11 +106,10 @@ __device__ __forceinline__ uint32_t e2m1x2(uint32_t w, float inv) {
 //   - |x * m8| <= amax * m8 (1 + u) < 127 (1 + u)^2 / (1 - u) < 127.5 (u = 2^-24, m8 = fl(1/s8),
 //     s8 >= fl(amax / 127)), so clamping to [-127, 127] would not change the rounded integer and
 //     int8_rounding_sum gives int8_satfinite's code;
-//   - |x * m3| <= amax * fl(64 / amax) (1 + u) < 64 (1 + u)^2 < 124: e3m4's clamp is inactive.
+//   - |x * m3| <= amax * fl(64 / amax) (1 + u) < 64 (1 + u)^2 < 124: e3m4's clamp is inactive;
+//   - no product of a code and a scale overflows.
 // The rest (Inf or NaN, tiny maxima, maxima from 2^120 up) sends the warp to the reference path.
 inline constexpr uint32_t kInt8E3m4FastMinAmax = 0x0400;  // bf16 bits of 2^-119
-// ... and amax < 2^120, so that no product of a code and a scale overflows (the residuals' FMA
-// relies on exact products).
 inline constexpr uint32_t kInt8E3m4FastEndAmax = 0x7b80;  // bf16 bits of 2^120
 
 __device__ __forceinline__ bool int8_e3m4_in_fast_range(uint32_t amax_bits) {
@@ -142,28 +141,17 @@ __device__ __forceinline__ float rcp_normal(float s) {
 
 // One lane's int8/e3m4 encode for a block in the fast range (see above), amax_bits its bf16 amax.
 // With kValues, values[j] is also element j's decoded value under the chosen code, the bits of
-// F::decode(code, word): both candidates' decoded values come out of the error computation, so a
-// round trip in registers (lane_round_trip_add) needs no decode. Without it the residuals are one
-// fused multiply-add each, the same bits as the reference's product and difference because both
-// of those are exact (below), so the single rounding of the FMA has nothing to round.
-//   int8: q * s8 has at most 7 + 8 significant bits (no rounding, no overflow below 2^120). For
-//     q = 0 the residual is -x. Otherwise |x * m8| >= 1/2, so |x| >= s8 / 2.02 and x (8 bits) is a
-//     multiple of 2^(E - 9), s8 in [2^E, 2^(E + 1)); q * s8 is a multiple of 2^(E - 7); and
-//     |q * s8 - x| < s8 < 2^(E + 1): 10 bits.
-//   e3m4: r * s3 with r = R * 2^(k - 4) (R <= 31) has at most 5 + 8 bits. For r = 0 the residual
-//     is -|x|. Otherwise |x| >= 2^(k - 5) * s3 / 1.01 (k = 0 holds the e3m4 subnormals), so x is a
-//     multiple of 2^(E + k - 14) and r * s3 of 2^(E + k - 11), and |r * s3 - |x|| <= 2^(E + k - 4)
-//     (half a step of 2^(k - 4) times s3 < 2^(E + 1), with room for m3's rounding): 10 bits.
-// tests/test_gpu_formats.cu checks both variants against the trait on every bf16 in every
-// position of a block.
+// F::decode(code, word), taken from the encode's own sums, so a round trip in registers
+// (lane_round_trip_add) needs no decode. tests/test_gpu_formats.cu checks both variants against
+// the trait on every bf16 in every position of a block.
 template <bool kValues = false>
 __device__ __forceinline__ void int8_e3m4_fast(const uint4& v, uint32_t amax_bits, uint2& word,
                                                Int8E3m4Wire::Params& params,
                                                float* values = nullptr) {
   using F = Int8E3m4Wire;
-  // A zero block computes with the scales of amax = 1: its elements (+-0) times any finite
-  // multiplier give codes 0 and error sums 0, a tie that keeps int8; its word and multipliers are
-  // set to F::block_params' zeros at the end (its decoded values are +0 either way).
+  // A zero block computes with the scales of amax = 1: its elements (+-0) code as int8 0 and
+  // decode to +0, and it never takes e3m4 (F::block_params gives it no e3m4 candidate); its
+  // word and multipliers are set to F::block_params' zeros at the end.
   const float amax = __uint_as_float((amax_bits != 0 ? amax_bits : 0x3f80u) << 16);
   // The scales and multipliers of F::block_params: the same words (int8_scale_word equals
   // bf16_round_up(amax / 127)) and the same reciprocals.
@@ -171,70 +159,56 @@ __device__ __forceinline__ void int8_e3m4_fast(const uint4& v, uint32_t amax_bit
   const uint16_t w3 = bf16_round_up(amax * 0.015625f);
   const float s8 = bf16_to_float(w8), s3 = bf16_to_float(w3);
   const float m8 = rcp_normal(s8), m3 = rcp_normal(s3);
-  float err8 = 0.0f, err3 = 0.0f;
-  uint32_t codes8[2], codes3[2];
-  float v8[kElemsPerLane], v3[kElemsPerLane];  // decoded values (kValues only)
+  float energy = 0.0f;
+  uint32_t codes[2];
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const uint32_t w0 = half == 0 ? v.x : v.z, w1 = half == 0 ? v.y : v.w;
     const float x[4] = {low_bf16(w0), high_bf16(w0), low_bf16(w1), high_bf16(w1)};
-    float t8[4], t3[4];
+    float t8[4];
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      // int8: F::add_errors' decode(int8_satfinite(x * m8), w8) - x, squared and added.
+      // F::code_energy: int8_satfinite(x * m8) as a float, squared and added (exact).
       t8[j] = int8_rounding_sum(x[j] * m8);
       const float q8 = sub_rn(t8[j], kRoundToIntOffset);
-      float d8;
-      if constexpr (kValues) {
-        v8[4 * half + j] = q8 * s8;
-        d8 = sub_rn(v8[4 * half + j], x[j]);
-      } else {
-        d8 = __fmaf_rn(q8, s8, -x[j]);  // exact (above)
-      }
-      err8 = err8 + d8 * d8;
-      // e3m4: the code's sign is x's (m3 > 0), its magnitude code and value come from
-      // a = |x * m3|. The reference's error is +-(value * s3) - x with the sign of x, i.e.
-      // +-(value * s3 - |x|): the same square, as rounding to nearest is symmetric and an exact
-      // zero difference is +0 either way.
-      const float a = fabsf(x[j] * m3);
-      const float c = e3m4_rounding_offset(a);
-      t3[j] = add_rn(a, c);
-      const float r = sub_rn(t3[j], c);
-      float d3;
-      if constexpr (kValues) {
-        const float p3 = r * s3;
-        d3 = sub_rn(p3, fabsf(x[j]));
-        v3[4 * half + j] = copysignf(p3, x[j]);  // the code's sign is x's, -0 included
-      } else {
-        d3 = __fmaf_rn(r, s3, -fabsf(x[j]));  // exact (above)
-      }
-      err3 = err3 + d3 * d3;
+      energy = __fmaf_rn(q8, q8, energy);
+      if constexpr (kValues) values[4 * half + j] = q8 * s8;
     }
-    codes8[half] = low_bytes(t8[0], t8[1], t8[2], t8[3]);
-    codes3[half] = low_bytes(t3[0], t3[1], t3[2], t3[3]) | sign_bytes(w0, w1);
+    codes[half] = low_bytes(t8[0], t8[1], t8[2], t8[3]);
   }
-  // pick_code's pairwise sums over the block's 4 lanes, in lane_block_params' order.
+  // The block's energy over its 4 lanes (exact, so in any order).
 #pragma unroll
   for (int offset = 1; offset < F::kBlock / kElemsPerLane; offset *= 2) {
-    err8 = err8 + __shfl_xor_sync(0xffffffffu, err8, offset);
-    err3 = err3 + __shfl_xor_sync(0xffffffffu, err3, offset);
+    energy = energy + __shfl_xor_sync(0xffffffffu, energy, offset);
   }
+  params.stored = w8;
+  params.inv = m8;
   params.e3m4_stored = static_cast<uint16_t>(w3 | F::kE3m4Bit);
   params.e3m4_inv = m3;
-  const bool e3m4 = err3 < err8;  // F::pick
-  if (e3m4) {
-    word = make_uint2(codes3[0], codes3[1]);
+  if (amax_bits != 0 && energy < kInt8E3m4EnergyLimit) {  // F::pick
     params.stored = params.e3m4_stored;
     params.inv = m3;
-  } else {
-    word = make_uint2(codes8[0], codes8[1]);
-    params.stored = w8;
-    params.inv = m8;
-  }
-  if constexpr (kValues) {
+    // e3m4: the code's sign is x's (m3 > 0); its magnitude code and value come from
+    // a = |x * m3| and one addition (e3m4_rounding_offset).
 #pragma unroll
-    for (int j = 0; j < kElemsPerLane; ++j) values[j] = e3m4 ? v3[j] : v8[j];
+    for (int half = 0; half < 2; ++half) {
+      const uint32_t w0 = half == 0 ? v.x : v.z, w1 = half == 0 ? v.y : v.w;
+      const float x[4] = {low_bf16(w0), high_bf16(w0), low_bf16(w1), high_bf16(w1)};
+      float t3[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float a = fabsf(x[j] * m3);
+        const float c = e3m4_rounding_offset(a);
+        t3[j] = add_rn(a, c);
+        if constexpr (kValues) {
+          // e3m4_to_float(code) * s3 with x's sign, -0 included.
+          values[4 * half + j] = copysignf(sub_rn(t3[j], c) * s3, x[j]);
+        }
+      }
+      codes[half] = low_bytes(t3[0], t3[1], t3[2], t3[3]) | sign_bytes(w0, w1);
+    }
   }
+  word = make_uint2(codes[0], codes[1]);
   if (amax_bits == 0) params = F::Params{};
 }
 

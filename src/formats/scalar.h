@@ -22,6 +22,9 @@ inline constexpr float kE4m3Max = 448.0f;
 inline constexpr float kE2m1Max = 6.0f;
 inline constexpr float kE3m4Max = 124.0f;  // (16 + 15) * 2^2, the largest e3m4 (bias 1) value
 inline constexpr float kInt8Max = 127.0f;  // symmetric int8: codes -127 .. 127
+// int8/e3m4 codes a block in e3m4 when the sum of the squares of its int8 codes is below this,
+// 2 * 127^2: about two elements' worth at the block's maximum (docs/formats.md says why 2).
+inline constexpr float kInt8E3m4EnergyLimit = 2.0f * kInt8Max * kInt8Max;
 inline constexpr uint8_t kE4m3NaN = 0x7f;
 inline constexpr uint8_t kE8m0NaN = 0xff;
 inline constexpr uint8_t kE8m0One = 127;  // 2^0

@@ -93,12 +93,13 @@ def hand_worked_row():
     row[96] = 0x7F7F                    # block 3: the bf16 maximum alone -> e3m4
     row[128:131] = bf([1.0, NAN, 2.0])  # block 4: NaN
     row[160:162] = bf([-INF, 1.0])      # block 5: -Inf
-    row[192 + 5] = 0x0001               # block 6: amax 2^-133, multiplier clamped to FLT_MAX
-    row[224:228] = bf([-127.0, 127.0, 3.0, -5.0])  # block 7: int8, scale 1
+    row[192 + 5] = 0x0001               # block 6: amax 2^-133, multiplier clamped to FLT_MAX:
+                                        # int8 code 0, energy 0 -> e3m4
+    row[224:228] = bf([-127.0, 127.0, 3.0, -5.0])  # block 7: energy just above 2 * 127^2: int8
     return row
 
 
-HAND_WORDS = [0x3F80, 0xBF80, 0x0000, 0xFC7F, 0x7FC0, 0x7FC0, 0x0001, 0x3F80]
+HAND_WORDS = [0x3F80, 0xBF80, 0x0000, 0xFC7F, 0x7FC0, 0x7FC0, 0x8001, 0x3F80]
 
 
 def hand_worked_expected_out():
@@ -164,7 +165,7 @@ def random_extreme_rows(rng, n):
     """bf16 rows whose blocks are drawn from shapes at the edges of the format: activation-like
     values, a block with one outlier (e3m4's case), near-uniform magnitudes (int8's case),
     integers and halves (ties after the scale), tiny blocks (subnormal scales, clamped
-    multipliers), huge ones (near the bf16 maximum, overflowing error sums), single values and
+    multipliers), huge ones (near the bf16 maximum), single values and
     zeros with -0."""
     out = np.zeros((n, H), dtype=np.uint16)
     for r in range(n):
