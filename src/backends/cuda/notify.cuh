@@ -55,37 +55,97 @@ __global__ void validate_kernel(ValidateParams p) {
   }
 }
 
-// Block d: canonical positions of the tokens sent to d, and the messages for d.
+// Tokens per thread and chunk of notify_send: a chunk of the scan covers 4 x 1024 tokens, so
+// a 4096-token dispatch scans once per destination instead of 4 times, with the loads of a
+// thread's 4 tokens in flight together.
+inline constexpr int kNotifyTokensPerThread = 4;
+// Slots held in registers per token; a top-k above it takes the loop over memory.
+inline constexpr int kNotifyRegisterSlots = 8;
+
+// A token's flag for destination d (1 when one of its slots names an expert of d, whose range
+// is [first, first + experts_per_rank): a range test, no division), counting each expert it names
+// once into expert_count (shared): a row counts once per expert it names, even if a slot repeats
+// the expert (possible with validation off), as on the CPU. s: its slots, -1 past top-k.
+__device__ __forceinline__ int notify_token(const int32_t (&s)[kNotifyRegisterSlots], int32_t first,
+                                            int experts_per_rank, int* expert_count) {
+  int flag = 0;
+#pragma unroll
+  for (int k = 0; k < kNotifyRegisterSlots; ++k) {
+    const int32_t local = s[k] - first;
+    if (s[k] >= 0 && local >= 0 && local < experts_per_rank) {
+      flag = 1;
+      bool repeated = false;
+#pragma unroll
+      for (int j = 0; j < k; ++j) repeated = repeated || s[j] == s[k];
+      if (!repeated) atomicAdd(&expert_count[local], 1);
+    }
+  }
+  return flag;
+}
+
+// The same for a top-k above kNotifyRegisterSlots, reading the slots from memory.
+__device__ __forceinline__ int notify_token_wide(const int32_t* slots, int topk, int32_t first,
+                                                 int experts_per_rank, int* expert_count) {
+  int flag = 0;
+  for (int k = 0; k < topk; ++k) {
+    const int32_t local = slots[k] - first;
+    if (slots[k] >= 0 && local >= 0 && local < experts_per_rank) {
+      flag = 1;
+      bool repeated = false;
+      for (int j = 0; j < k; ++j) repeated = repeated || slots[j] == slots[k];
+      if (!repeated) atomicAdd(&expert_count[local], 1);
+    }
+  }
+  return flag;
+}
+
+// Block d: canonical positions of the tokens sent to d, and the messages for d. Thread i of a
+// chunk holds its tokens i * 4 .. i * 4 + 3 (a blocked arrangement), so one block scan of 4
+// items per thread gives every token's position in token order.
 __device__ void notify_send(const NotifyParams& p, int dest, int* expert_count) {
+  constexpr int kItems = kNotifyTokensPerThread;
   using Scan = cub::BlockScan<int, Policy::kNotifyThreads>;
   __shared__ typename Scan::TempStorage scan_storage;
   const RankInfo& info = p.info;
   for (int e = threadIdx.x; e < info.experts_per_rank; e += blockDim.x) expert_count[e] = 0;
   __syncthreads();
+  const int32_t first = dest * info.experts_per_rank;
   int running = 0;
-  for (int base = 0; base < p.num_tokens; base += Policy::kNotifyThreads) {
-    const int t = base + threadIdx.x;
-    int flag = 0;
-    if (t < p.num_tokens) {
-      // Experts of `dest` are [first, first + experts_per_rank): a range test, no division.
-      const int32_t* slots = p.topk_idx + static_cast<int64_t>(t) * info.topk;
-      const int32_t first = dest * info.experts_per_rank;
-      for (int k = 0; k < info.topk; ++k) {
-        const int32_t local = slots[k] - first;
-        if (slots[k] >= 0 && local >= 0 && local < info.experts_per_rank) {
-          flag = 1;
-          // A row counts once per expert it names, even if a slot repeats the expert (possible
-          // with validation off): the count is of rows, as on the CPU.
-          bool repeated = false;
-          for (int j = 0; j < k; ++j) repeated = repeated || slots[j] == slots[k];
-          if (!repeated) atomicAdd(&expert_count[local], 1);
+  for (int base = 0; base < p.num_tokens; base += Policy::kNotifyThreads * kItems) {
+    const int t0 = base + static_cast<int>(threadIdx.x) * kItems;
+    int flag[kItems], prefix[kItems];
+    if (info.topk <= kNotifyRegisterSlots) {
+      // Every slot of the thread's tokens is loaded before any is looked at: one round trip.
+      int32_t s[kItems][kNotifyRegisterSlots];
+#pragma unroll
+      for (int j = 0; j < kItems; ++j) {
+        const int32_t* slots = p.topk_idx + static_cast<int64_t>(t0 + j) * info.topk;
+#pragma unroll
+        for (int k = 0; k < kNotifyRegisterSlots; ++k) {
+          s[j][k] = t0 + j < p.num_tokens && k < info.topk ? slots[k] : -1;
         }
       }
+#pragma unroll
+      for (int j = 0; j < kItems; ++j) {
+        flag[j] = notify_token(s[j], first, info.experts_per_rank, expert_count);
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < kItems; ++j) {
+        flag[j] = t0 + j < p.num_tokens
+                      ? notify_token_wide(p.topk_idx + static_cast<int64_t>(t0 + j) * info.topk,
+                                          info.topk, first, info.experts_per_rank, expert_count)
+                      : 0;
+      }
     }
-    int prefix = 0, chunk_total = 0;
+    int chunk_total = 0;
     Scan(scan_storage).ExclusiveSum(flag, prefix, chunk_total);
-    if (t < p.num_tokens) {
-      p.pos[static_cast<int64_t>(dest) * info.max_tokens + t] = flag ? running + prefix : -1;
+#pragma unroll
+    for (int j = 0; j < kItems; ++j) {
+      if (t0 + j < p.num_tokens) {
+        p.pos[static_cast<int64_t>(dest) * info.max_tokens + t0 + j] =
+            flag[j] ? running + prefix[j] : -1;
+      }
     }
     running += chunk_total;
     __syncthreads();  // scan_storage is reused
