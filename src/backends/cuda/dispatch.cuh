@@ -119,28 +119,28 @@ __device__ __forceinline__ void send_encoded(const DispatchParams& p, const Recv
       const int d = next_dest(m);
       store_slice(p.peers.base[d] + f.payload + routes.row(d) * payload_bytes);
     }
-    return;
-  }
+  } else {
 #pragma unroll
-  for (int u = 0; u < kDispatchUnroll; ++u) {
-    if (begin + u * kElemsPerWarpStep >= hidden) break;  // warp-uniform
-    const int64_t elem = begin + u * kElemsPerWarpStep + lane * kElemsPerLane;
-    typename F::Params params;
-    LaneWord<F> word;
-    formats::encode_lane<F>(v[u], word, params);
-    for (uint64_t m = direct; m != 0;) {
-      const int d = next_dest(m);
-      const int64_t row = routes.row(d);
-      char* peer = p.peers.base[d];
-      if (elem < hidden) {
-        store_lane<F>(peer + f.payload + row * payload_bytes, peer + f.scales + row * scale_bytes,
-                      elem, word, params);
+    for (int u = 0; u < kDispatchUnroll; ++u) {
+      if (begin + u * kElemsPerWarpStep >= hidden) break;  // warp-uniform
+      const int64_t elem = begin + u * kElemsPerWarpStep + lane * kElemsPerLane;
+      typename F::Params params;
+      LaneWord<F> word;
+      formats::encode_lane<F>(v[u], word, params);
+      for (uint64_t m = direct; m != 0;) {
+        const int d = next_dest(m);
+        const int64_t row = routes.row(d);
+        char* peer = p.peers.base[d];
+        if (elem < hidden) {
+          store_lane<F>(peer + f.payload + row * payload_bytes, peer + f.scales + row * scale_bytes,
+                        elem, word, params);
+        }
       }
-    }
-    for (uint64_t m = staged.mask; m != 0;) {
-      const int n = next_dest(m);
-      char* row = stage_row(p, n, staged.row(n));
-      if (elem < hidden) store_lane<F>(row, row + payload_bytes, elem, word, params);
+      for (uint64_t m = staged.mask; m != 0;) {
+        const int n = next_dest(m);
+        char* row = stage_row(p, n, staged.row(n));
+        if (elem < hidden) store_lane<F>(row, row + payload_bytes, elem, word, params);
+      }
     }
   }
 }
