@@ -55,35 +55,16 @@ __global__ void validate_kernel(ValidateParams p) {
   }
 }
 
-// Tokens per thread and chunk of notify_send: a chunk of the scan covers 4 x 1024 tokens, so
-// a 4096-token dispatch scans once per destination instead of 4 times, with the loads of a
-// thread's 4 tokens in flight together.
+// Tokens per thread and chunk of notify_send, in the blocked arrangement of its scan (thread i:
+// tokens 4i .. 4i + 3 of the chunk): a chunk covers 4 x 1024 tokens, so a 4096-token dispatch
+// scans once per destination.
 inline constexpr int kNotifyTokensPerThread = 4;
-// Slots held in registers per token; a top-k above it takes the loop over memory.
-inline constexpr int kNotifyRegisterSlots = 8;
 
 // A token's flag for destination d (1 when one of its slots names an expert of d, whose range
-// is [first, first + experts_per_rank): a range test, no division), counting each expert it names
-// once into expert_count (shared): a row counts once per expert it names, even if a slot repeats
-// the expert (possible with validation off), as on the CPU. s: its slots, -1 past top-k.
-__device__ __forceinline__ int notify_token(const int32_t (&s)[kNotifyRegisterSlots], int32_t first,
-                                            int experts_per_rank, int* expert_count) {
-  int flag = 0;
-#pragma unroll
-  for (int k = 0; k < kNotifyRegisterSlots; ++k) {
-    const int32_t local = s[k] - first;
-    if (s[k] >= 0 && local >= 0 && local < experts_per_rank) {
-      flag = 1;
-      bool repeated = false;
-#pragma unroll
-      for (int j = 0; j < k; ++j) repeated = repeated || s[j] == s[k];
-      if (!repeated) atomicAdd(&expert_count[local], 1);
-    }
-  }
-  return flag;
-}
-
-// The same for a top-k above kNotifyRegisterSlots, reading the slots from memory.
+// is [first, first + experts_per_rank): a range test, no division), counting each expert it
+// names once into expert_count (shared): a row counts once per expert it names, even if a slot
+// repeats the expert (possible with validation off), as on the CPU. For a top-k above 32, one
+// thread per token, reading its slots from memory.
 __device__ __forceinline__ int notify_token_wide(const int32_t* slots, int topk, int32_t first,
                                                  int experts_per_rank, int* expert_count) {
   int flag = 0;
@@ -99,9 +80,56 @@ __device__ __forceinline__ int notify_token_wide(const int32_t* slots, int topk,
   return flag;
 }
 
-// Block d: canonical positions of the tokens sent to d, and the messages for d. Thread i of a
-// chunk holds its tokens i * 4 .. i * 4 + 3 (a blocked arrangement), so one block scan of 4
-// items per thread gives every token's position in token order.
+// The same for top-k <= 32, a warp at a time: the warp owns the chunk's tokens [128w, 128w + 128)
+// (its lanes' blocked items) and takes them G = 32 / P at a time, P = top-k rounded up to a power
+// of two, lane l holding slot l % P of token l / P: neighbouring lanes read neighbouring slots,
+// a token's repeated experts are found by one match, and each lane keeps the flags of its own 4
+// tokens. topk_idx is read once, in whole lines (v21: one slot per lane and load, a row apart,
+// cost 32 sectors per warp load).
+__device__ __forceinline__ void notify_flags_by_warp(const NotifyParams& p, int warp_first,
+                                                     int32_t first, int* expert_count,
+                                                     int (&flag)[kNotifyTokensPerThread]) {
+  const RankInfo& info = p.info;
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  int slots_per_token = 1;  // P
+  while (slots_per_token < info.topk) slots_per_token *= 2;
+  const int tokens_per_pass = 32 / slots_per_token;  // G
+  const int g = lane / slots_per_token, k = lane % slots_per_token;
+  const unsigned group_mask =
+      slots_per_token >= 32 ? ~0u : (1u << slots_per_token) - 1u;  // a token's lanes, at g = 0
+#pragma unroll
+  for (int j = 0; j < kNotifyTokensPerThread; ++j) flag[j] = 0;
+  const int passes = 32 * kNotifyTokensPerThread / tokens_per_pass;
+#pragma unroll 4
+  for (int pass = 0; pass < passes; ++pass) {
+    const int tw = pass * tokens_per_pass + g;  // warp-local token
+    const int t = warp_first + tw;
+    int32_t e = -1;
+    if (k < info.topk && t < p.num_tokens) {
+      e = __ldg(p.topk_idx + static_cast<int64_t>(t) * info.topk + k);
+    }
+    const int32_t local = e - first;
+    const bool mine = e >= 0 && local >= 0 && local < info.experts_per_rank;
+    // Lanes of one token naming one expert of d share a key (local < 4096 <= 2^24, g < 32);
+    // every other lane's key is its own. The lowest lane of each key counts the expert.
+    const unsigned key = mine ? (static_cast<unsigned>(g) << 24) | static_cast<unsigned>(local)
+                              : 0x80000000u | static_cast<unsigned>(lane);
+    const unsigned same = __match_any_sync(0xffffffffu, key);
+    if (mine && (same & ((1u << lane) - 1u)) == 0) atomicAdd(&expert_count[local], 1);
+    const unsigned named = __ballot_sync(0xffffffffu, mine);
+#pragma unroll
+    for (int j = 0; j < kNotifyTokensPerThread; ++j) {
+      const int in_pass = lane * kNotifyTokensPerThread + j - pass * tokens_per_pass;
+      if (in_pass >= 0 && in_pass < tokens_per_pass) {
+        flag[j] = ((named >> (in_pass * slots_per_token)) & group_mask) != 0 ? 1 : 0;
+      }
+    }
+  }
+}
+
+// Block d: canonical positions of the tokens sent to d, and the messages for d. Thread i holds
+// the flags of the chunk's tokens 4i .. 4i + 3 (blocked), so one block scan of 4 items per
+// thread gives every token's position in token order.
 __device__ void notify_send(const NotifyParams& p, int dest, int* expert_count) {
   constexpr int kItems = kNotifyTokensPerThread;
   using Scan = cub::BlockScan<int, Policy::kNotifyThreads>;
@@ -114,21 +142,9 @@ __device__ void notify_send(const NotifyParams& p, int dest, int* expert_count) 
   for (int base = 0; base < p.num_tokens; base += Policy::kNotifyThreads * kItems) {
     const int t0 = base + static_cast<int>(threadIdx.x) * kItems;
     int flag[kItems], prefix[kItems];
-    if (info.topk <= kNotifyRegisterSlots) {
-      // Every slot of the thread's tokens is loaded before any is looked at: one round trip.
-      int32_t s[kItems][kNotifyRegisterSlots];
-#pragma unroll
-      for (int j = 0; j < kItems; ++j) {
-        const int32_t* slots = p.topk_idx + static_cast<int64_t>(t0 + j) * info.topk;
-#pragma unroll
-        for (int k = 0; k < kNotifyRegisterSlots; ++k) {
-          s[j][k] = t0 + j < p.num_tokens && k < info.topk ? slots[k] : -1;
-        }
-      }
-#pragma unroll
-      for (int j = 0; j < kItems; ++j) {
-        flag[j] = notify_token(s[j], first, info.experts_per_rank, expert_count);
-      }
+    if (info.topk <= 32) {
+      notify_flags_by_warp(p, base + (static_cast<int>(threadIdx.x) & ~31) * kItems, first,
+                           expert_count, flag);
     } else {
 #pragma unroll
       for (int j = 0; j < kItems; ++j) {
