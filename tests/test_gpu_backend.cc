@@ -251,6 +251,46 @@ TEST(GpuBackend, ValidationModeReportsNonfiniteAndDuplicates) {
   }
 }
 
+// Without validation a token may name one expert in several slots; its row then counts once per
+// expert it names, as in the CPU backend and the reference. This test needs MOE_EP_VALIDATE=0,
+// which its own ctest entry sets (tests/unvalidated.cmake); the discovered entry, under the
+// suite's MOE_EP_VALIDATE=1, skips. Top-k 3, 8 and 16 take notify's warp path (4, 8 and 16 lanes
+// a token), 40 its thread-per-token path; 5000 tokens a rank make two scan chunks of 4096.
+TEST(GpuBackendUnvalidated, RepeatedExpertsInATokenEqualCpu) {
+  MOE_EP_REQUIRE_GPU();
+  if (Knobs::get().validate) GTEST_SKIP() << "needs MOE_EP_VALIDATE=0 (its own ctest entry)";
+  const int world = cuda_device_count();
+  const uint64_t seed = test_seed();
+  for (int topk : {3, 8, 16, 40}) {
+    OpConfig config;
+    config.num_experts = 64 * world;
+    config.hidden = 256;
+    config.topk = topk;
+    config.max_tokens_per_rank = 5000;
+    config.dispatch_dtype = DispatchDtype::bf16;
+    config.combine_dtype = CombineDtype::bf16;
+    InputSpec spec{config, world, 0.1, -1, false};
+    std::vector<int64_t> tokens(world, 5000);
+    if (world > 1) tokens[1] = 130;
+    std::vector<std::vector<RankInput>> rounds = {make_inputs(spec, seed + topk, tokens)};
+    int repeats = 0;
+    for (RankInput& in : rounds[0]) {
+      for (int64_t t = 0; t < in.num_tokens; ++t) {
+        int32_t* slots = in.topk_idx.data() + t * topk;
+        if (t % 3 == 0) slots[topk - 1] = slots[0];  // last slot repeats the first
+        if (t % 5 == 0) slots[1] = slots[0];         // and the second, on some of the same tokens
+        repeats += slots[0] >= 0 && (t % 3 == 0 || t % 5 == 0);
+      }
+    }
+    ASSERT_GT(repeats, 0);
+    SCOPED_TRACE("seed " + std::to_string(seed + topk) + " topk " + std::to_string(topk));
+    const auto cpu = run_rounds(config, world, rounds);
+    check_round(config, world, cpu[0], 1);
+    const auto cuda = run_rounds_cuda(config, world, rounds);
+    expect_equal_rounds(cuda[0], cpu[0], world);
+  }
+}
+
 TEST(GpuBackend, RankThatNeverJoinsGivesTimeoutNotHang) {
   MOE_EP_REQUIRE_GPU();
   const int world = cuda_device_count();

@@ -5,12 +5,12 @@
 // faults), at W/L = 4/2, 8/4 and 8/2, every output compared bit for bit with the CPU backend
 // run on the same inputs with the same expert (slabs below the counts, counts, sources, out):
 // every dispatch x combine dtype pair, two eager rounds per op (dispatch, the scaled expert of
-// testing/low_latency.h on the host, combine); every pair captured as dispatch -> identity expert
-// (a kernel) -> combine in one CUDA graph per rank, replayed with new inputs (new routing,
+// testing/low_latency.h on the host, combine); every pair captured as dispatch -> the same expert
+// as a kernel (testing/gpu_low_latency.h) -> combine in one CUDA graph per rank, replayed with new inputs (new routing,
 // masked slots, masked tokens, rounds with every token masked), each replay checked; and a round
 // split by the overlap hooks (send parts, then receive parts) equal to the CPU backend. The
 // dispatch alone is also checked against the reference over three rounds. The seed is printed
-// (MOE_EP_TEST_SEED replays it). WRITTEN WITHOUT A GPU: NOT RUN YET.
+// (MOE_EP_TEST_SEED replays it).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -165,60 +165,6 @@ TEST_P(GpuLowLatencyNodes, CapturedDispatchReplaysWithNewInputs) {
   }
 }
 
-// The identity expert on the device: y[e][row] = bf16(decode(x_row)) for rows below the count,
-// NaN (0xffff) past it; identity_expert_host gives the same on the host.
-template <typename F>
-__global__ void identity_expert_kernel(const uint8_t* payload, const uint8_t* scales,
-                                       const int32_t* count, int local_experts, int64_t slab_rows,
-                                       int hidden, uint16_t* y) {
-  const int64_t total = local_experts * slab_rows * hidden;
-  const int64_t payload_row = formats::payload_bytes_of<F>(hidden);
-  const int64_t scales_row = formats::scales_of<F>(hidden);
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t row = i / hidden;  // e * slab_rows + r
-    const int e = static_cast<int>(row / slab_rows);
-    if (row - e * slab_rows >= count[e]) {
-      y[i] = 0xffff;
-      continue;
-    }
-    const auto* s = reinterpret_cast<const typename F::Scale*>(scales) + row * scales_row;
-    y[i] =
-        formats::float_to_bf16(formats::decode_elem<F>(payload + row * payload_row, s, i % hidden));
-  }
-}
-
-void launch_identity_expert(const OpConfig& c, int world_size, const LowLatencyDispatchResult& d,
-                            uint16_t* y, cudaStream_t stream) {
-  const int local = c.num_experts / world_size;
-  const int64_t slab_rows = static_cast<int64_t>(world_size) * c.max_tokens_per_rank;
-  formats::visit_format(c.dispatch_dtype, [&](auto format) {
-    using F = decltype(format);
-    const auto* scales =
-        static_cast<const uint8_t*>(d.recv_x_scales.defined() ? d.recv_x_scales.data : nullptr);
-    identity_expert_kernel<F><<<256, 256, 0, stream>>>(
-        static_cast<const uint8_t*>(d.recv_x.data), scales,
-        static_cast<const int32_t*>(d.recv_count.data), local, slab_rows, c.hidden, y);
-  });
-  MOE_EP_CUDA_CHECK(cudaGetLastError());
-}
-
-std::vector<uint16_t> identity_expert_host(const LowLatencyOutputs& recv, const OpConfig& c,
-                                           int world_size, int /*rank*/) {
-  const int64_t h = c.hidden;
-  const int local = c.num_experts / world_size;
-  std::vector<uint16_t> y(local * recv.slab_rows * h, 0xffff);
-  for (int e = 0; e < local; ++e) {
-    for (int64_t i = 0; i < recv.recv_count[e]; ++i) {
-      const int64_t row = e * recv.slab_rows + i;
-      const std::vector<float> v = testing::decode_dispatch_row(
-          c.dispatch_dtype, h, recv.recv_x.data(), recv.recv_x_scales.data(), row);
-      for (int64_t j = 0; j < h; ++j) y[row * h + j] = formats::float_to_bf16(v[j]);
-    }
-  }
-  return y;
-}
-
 using Expert = std::function<std::vector<uint16_t>(const LowLatencyOutputs&, const OpConfig&,
                                                    int world_size, int rank)>;
 
@@ -290,7 +236,7 @@ TEST_P(GpuLowLatencyNodes, EveryDtypePairEqualsTheCpuBackend) {
   }
 }
 
-// Every pair: dispatch -> identity expert -> combine captured in one CUDA graph per rank and
+// Every pair: dispatch -> scaled expert -> combine captured in one CUDA graph per rank and
 // replayed with new inputs copied into the captured buffers, each replay against the CPU backend.
 TEST_P(GpuLowLatencyNodes, CapturedRoundOfEveryPairReplaysWithNewInputs) {
   const Nodes n = GetParam();
@@ -320,7 +266,7 @@ TEST_P(GpuLowLatencyNodes, CapturedRoundOfEveryPairReplaysWithNewInputs) {
       cudaGraph_t graph = nullptr;
       MOE_EP_CUDA_CHECK(cudaStreamBeginCapture(stream.s, cudaStreamCaptureModeThreadLocal));
       const LowLatencyDispatchResult d = op->low_latency_dispatch(args);
-      launch_identity_expert(c, w, d, static_cast<uint16_t*>(y.ptr.get()), stream.s);
+      testing::launch_scaled_expert(c, w, rank, d, static_cast<uint16_t*>(y.ptr.get()), stream.s);
       op->low_latency_combine(TensorView::tensor3(y.ptr.get(), ScalarType::kBFloat16, local,
                                                   slab_rows, c.hidden, DeviceType::kCuda, 0),
                               d.handle,
@@ -344,7 +290,7 @@ TEST_P(GpuLowLatencyNodes, CapturedRoundOfEveryPairReplaysWithNewInputs) {
       cudaGraphExecDestroy(exec);
       cudaGraphDestroy(graph);
     });
-    const CpuRounds cpu = cpu_rounds(c, w, inputs, identity_expert_host);
+    const CpuRounds cpu = cpu_rounds(c, w, inputs, testing::low_latency_expert);
     for (int i = 0; i < replays; ++i) {
       SCOPED_TRACE("replay " + std::to_string(i));
       expect_same_as_cpu(received[i], out[i], cpu, i);

@@ -153,12 +153,13 @@ __device__ __forceinline__ void int8_e3m4_fast(const uint4& v, uint32_t amax_bit
   // decode to +0, and it never takes e3m4 (F::block_params gives it no e3m4 candidate); its
   // word and multipliers are set to F::block_params' zeros at the end.
   const float amax = __uint_as_float((amax_bits != 0 ? amax_bits : 0x3f80u) << 16);
-  // The scales and multipliers of F::block_params: the same words (int8_scale_word equals
-  // bf16_round_up(amax / 127)) and the same reciprocals.
+  // The int8 scale and multiplier of F::block_params: the same word (int8_scale_word equals
+  // bf16_round_up(amax / 127)) and the same reciprocal. e3m4's are computed only in the lanes
+  // whose block takes e3m4 (only F::pick reads a candidate's fields; the result's e3m4 fields
+  // are left 0 otherwise).
   const uint16_t w8 = int8_scale_word(amax);
-  const uint16_t w3 = bf16_round_up(amax * 0.015625f);
-  const float s8 = bf16_to_float(w8), s3 = bf16_to_float(w3);
-  const float m8 = rcp_normal(s8), m3 = rcp_normal(s3);
+  const float s8 = bf16_to_float(w8);
+  const float m8 = rcp_normal(s8);
   float energy = 0.0f;
   uint32_t codes[2];
 #pragma unroll
@@ -181,13 +182,13 @@ __device__ __forceinline__ void int8_e3m4_fast(const uint4& v, uint32_t amax_bit
   for (int offset = 1; offset < F::kBlock / kElemsPerLane; offset *= 2) {
     energy = energy + __shfl_xor_sync(0xffffffffu, energy, offset);
   }
-  params.stored = w8;
-  params.inv = m8;
-  params.e3m4_stored = static_cast<uint16_t>(w3 | F::kE3m4Bit);
-  params.e3m4_inv = m3;
+  params = F::Params{w8, m8, 0, 0.0f};
   if (amax_bits != 0 && energy < kInt8E3m4EnergyLimit) {  // F::pick
-    params.stored = params.e3m4_stored;
-    params.inv = m3;
+    const uint16_t w3 = bf16_round_up(amax * 0.015625f);
+    const float s3 = bf16_to_float(w3);
+    const float m3 = rcp_normal(s3);
+    params = F::Params{static_cast<uint16_t>(w3 | F::kE3m4Bit), m3,
+                       static_cast<uint16_t>(w3 | F::kE3m4Bit), m3};
     // e3m4: the code's sign is x's (m3 > 0); its magnitude code and value come from
     // a = |x * m3| and one addition (e3m4_rounding_offset).
 #pragma unroll

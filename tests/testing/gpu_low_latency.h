@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "formats/codecs.h"
 #include "testing/gpu.h"
 #include "testing/low_latency.h"
 
@@ -58,6 +59,46 @@ inline void gpu_low_latency_round(Op& op, int rank, LowLatencyRound& round, cuda
   op.synchronize(stream);
   round.out[rank].assign(t * c.hidden, 0);
   if (t > 0) device_to_host(round.out[rank].data(), out.ptr.get(), t * c.hidden * 2);
+}
+
+// The expert of the tests on the device: y[e][row] = bf16(decode(x_row) * (e_global + 1) / 8)
+// for rows below the count, NaN (0xffff) past it, as testing::low_latency_expert does on the host.
+template <typename F>
+__global__ void scaled_expert_kernel(const uint8_t* payload, const uint8_t* scales,
+                                     const int32_t* count, int local_experts, int64_t slab_rows,
+                                     int hidden, int first_expert, uint16_t* y) {
+  const int64_t total = local_experts * slab_rows * hidden;
+  const int64_t payload_row = formats::payload_bytes_of<F>(hidden);
+  const int64_t scales_row = formats::scales_of<F>(hidden);
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t row = i / hidden;  // e * slab_rows + r
+    const int e = static_cast<int>(row / slab_rows);
+    if (row - e * slab_rows >= count[e]) {
+      y[i] = 0xffff;
+      continue;
+    }
+    const auto* s = reinterpret_cast<const typename F::Scale*>(scales) + row * scales_row;
+    const float v = formats::decode_elem<F>(payload + row * payload_row, s, i % hidden);
+    const float scaled = v * static_cast<float>(first_expert + e + 1);
+    y[i] = formats::float_to_bf16(scaled * 0.125f);
+  }
+}
+
+inline void launch_scaled_expert(const OpConfig& c, int world_size, int rank,
+                                 const LowLatencyDispatchResult& d, uint16_t* y,
+                                 cudaStream_t stream) {
+  const int local = c.num_experts / world_size;
+  const int64_t slab_rows = static_cast<int64_t>(world_size) * c.max_tokens_per_rank;
+  formats::visit_format(c.dispatch_dtype, [&](auto format) {
+    using F = decltype(format);
+    scaled_expert_kernel<F><<<256, 256, 0, stream>>>(
+        static_cast<const uint8_t*>(d.recv_x.data),
+        static_cast<const uint8_t*>(d.recv_x_scales.defined() ? d.recv_x_scales.data : nullptr),
+        static_cast<const int32_t*>(d.recv_count.data), local, slab_rows, c.hidden, rank * local,
+        y);
+  });
+  MOE_EP_CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace moe_ep::testing

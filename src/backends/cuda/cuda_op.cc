@@ -210,24 +210,23 @@ void CudaOp::publish() {
   // Decode mode across nodes: one persistent exchange for the dispatch's messages, every rank
   // with its rail peers on the other nodes (collective: every rank makes it, in this order).
   if (config_.low_latency && nodes_.several()) {
-    std::vector<TransferPart> sends, recvs;
-    const size_t bytes = static_cast<size_t>(ll_msg_dispatch_.bytes);
-    for (int m = 0; m < nodes_.num_nodes - 1; ++m) {
-      const int peer = nodes_.rail_peer(rank_, nodes_.node_of_slot(m));
-      sends.push_back({peer, ll_msg_out_.get() + m * bytes, bytes});
-      recvs.push_back({peer, ll_msg_in_.get() + m * bytes, bytes});
-    }
-    ll_dispatch_exchange_ = comm_->transport().persistent(sends, recvs, comm_->internal_stream());
+    // One message of message_bytes each way per rail peer: slot m of `out` to, and of `in` from,
+    // the rail peer on node slot m.
+    const auto rail_exchange = [&](char* out, char* in, int64_t message_bytes) {
+      std::vector<TransferPart> sends, recvs;
+      const size_t bytes = static_cast<size_t>(message_bytes);
+      for (int m = 0; m < nodes_.num_nodes - 1; ++m) {
+        const int peer = nodes_.rail_peer(rank_, nodes_.node_of_slot(m));
+        sends.push_back({peer, out + m * bytes, bytes});
+        recvs.push_back({peer, in + m * bytes, bytes});
+      }
+      return comm_->transport().persistent(sends, recvs, comm_->internal_stream());
+    };
+    ll_dispatch_exchange_ =
+        rail_exchange(ll_msg_out_.get(), ll_msg_in_.get(), ll_msg_dispatch_.bytes);
     // And one for the combine's messages (the forwarders' partials), made second on every rank.
-    sends.clear();
-    recvs.clear();
-    const size_t combine_bytes = static_cast<size_t>(ll_msg_combine_.bytes);
-    for (int m = 0; m < nodes_.num_nodes - 1; ++m) {
-      const int peer = nodes_.rail_peer(rank_, nodes_.node_of_slot(m));
-      sends.push_back({peer, ll_cmsg_out_.get() + m * combine_bytes, combine_bytes});
-      recvs.push_back({peer, ll_cmsg_in_.get() + m * combine_bytes, combine_bytes});
-    }
-    ll_combine_exchange_ = comm_->transport().persistent(sends, recvs, comm_->internal_stream());
+    ll_combine_exchange_ =
+        rail_exchange(ll_cmsg_out_.get(), ll_cmsg_in_.get(), ll_msg_combine_.bytes);
   }
   // Copy-engine path: dispatch's pack stores other ranks' rows into the staging area, its own
   // into its buffer (NotifyParams::ce_stage_offset gives the rows).

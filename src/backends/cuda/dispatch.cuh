@@ -88,8 +88,12 @@ __device__ __forceinline__ void stage_metadata(const DispatchParams& p, char* ro
 }
 
 // Sender role, payload from bf16: encode the slice [begin, begin + 1024) of row t (clipped to
-// the row) 256 elements a step, each step once, and store it to every destination.
-template <typename F>
+// the row) 256 elements a step, each step once, and store it to every destination. A bf16 slice
+// is stored destination by destination, the destination's row and base found once per slice
+// (v21: once per step and destination, most of the kernel's 2150 instructions a row); the
+// quantized formats, and every format with several nodes (staged rows), store each step as it is
+// encoded, since there the slice's live values spill registers under the kernel's cap of 64.
+template <typename F, bool kNodes>
 __device__ __forceinline__ void send_encoded(const DispatchParams& p, const RecvFields& f,
                                              int64_t t, int64_t begin, const TokenRoutes& routes,
                                              uint64_t direct, const TokenRoutes& staged, int lane) {
@@ -102,26 +106,41 @@ __device__ __forceinline__ void send_encoded(const DispatchParams& p, const Recv
   for (int u = 0; u < kDispatchUnroll; ++u) {
     v[u] = load_lane(src, begin + u * kElemsPerWarpStep + lane * kElemsPerLane, hidden);
   }
+  if constexpr (F::kBitsPerElem == 16 && !kNodes) {  // bf16: the payload is the input
+    const int64_t first_elem = begin + lane * kElemsPerLane;
+    const auto store_slice = [&](char* payload_row) {
 #pragma unroll
-  for (int u = 0; u < kDispatchUnroll; ++u) {
-    if (begin + u * kElemsPerWarpStep >= hidden) break;  // warp-uniform
-    const int64_t elem = begin + u * kElemsPerWarpStep + lane * kElemsPerLane;
-    typename F::Params params;
-    LaneWord<F> word;
-    formats::encode_lane<F>(v[u], word, params);
+      for (int u = 0; u < kDispatchUnroll; ++u) {
+        const int64_t elem = first_elem + u * kElemsPerWarpStep;
+        if (elem < hidden) reinterpret_cast<uint4*>(payload_row)[elem / kElemsPerLane] = v[u];
+      }
+    };
     for (uint64_t m = direct; m != 0;) {
       const int d = next_dest(m);
-      const int64_t row = routes.row(d);
-      char* peer = p.peers.base[d];
-      if (elem < hidden) {
-        store_lane<F>(peer + f.payload + row * payload_bytes, peer + f.scales + row * scale_bytes,
-                      elem, word, params);
-      }
+      store_slice(p.peers.base[d] + f.payload + routes.row(d) * payload_bytes);
     }
-    for (uint64_t m = staged.mask; m != 0;) {
-      const int n = next_dest(m);
-      char* row = stage_row(p, n, staged.row(n));
-      if (elem < hidden) store_lane<F>(row, row + payload_bytes, elem, word, params);
+  } else {
+#pragma unroll
+    for (int u = 0; u < kDispatchUnroll; ++u) {
+      if (begin + u * kElemsPerWarpStep >= hidden) break;  // warp-uniform
+      const int64_t elem = begin + u * kElemsPerWarpStep + lane * kElemsPerLane;
+      typename F::Params params;
+      LaneWord<F> word;
+      formats::encode_lane<F>(v[u], word, params);
+      for (uint64_t m = direct; m != 0;) {
+        const int d = next_dest(m);
+        const int64_t row = routes.row(d);
+        char* peer = p.peers.base[d];
+        if (elem < hidden) {
+          store_lane<F>(peer + f.payload + row * payload_bytes, peer + f.scales + row * scale_bytes,
+                        elem, word, params);
+        }
+      }
+      for (uint64_t m = staged.mask; m != 0;) {
+        const int n = next_dest(m);
+        char* row = stage_row(p, n, staged.row(n));
+        if (elem < hidden) store_lane<F>(row, row + payload_bytes, elem, word, params);
+      }
     }
   }
 }
@@ -215,7 +234,8 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
       send_bytes(p, fields, t, routes, direct, staged, c.lane);
     } else {
       for (int64_t slice = first; slice < first + slices_per_item; ++slice) {
-        send_encoded<F>(p, fields, t, slice * kDispatchSliceElems, routes, direct, staged, c.lane);
+        send_encoded<F, kNodes>(p, fields, t, slice * kDispatchSliceElems, routes, direct, staged,
+                                c.lane);
       }
     }
   }

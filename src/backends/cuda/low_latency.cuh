@@ -58,6 +58,18 @@ __device__ __forceinline__ void ll_follow_previous_kernel() {
   let_next_kernel_launch();
 }
 
+// A decode call that ran at `step`: a dispatch becomes the latest (its number `call`, and the
+// step by which the expand and the combine find its rows); a combine's step tags its rows.
+__device__ inline void ll_record_call(LowLatencyState* state, bool dispatch, uint64_t step,
+                                      uint64_t call) {
+  if (dispatch) {
+    state->dispatch_calls = call;
+    state->dispatch_step = step;
+  } else {
+    state->combine_step = step;
+  }
+}
+
 // The decode step word's kind and verdict; the call number comes from LowLatencyState.
 __global__ void ll_step_kernel(LowLatencyParams p) {
   ll_follow_previous_kernel();
@@ -80,13 +92,9 @@ __global__ void ll_step_kernel(LowLatencyParams p) {
   if (threadIdx.x == 0) {
     // The step happened on every rank whatever its outcome; the call counts only if it ran.
     state->step = step;
-    const bool ran = !votes.gave_up && !rejected && votes.out_of_step == info.world_size &&
-                     votes.rejected_by == info.world_size;
-    if (ran && dispatch) {
-      state->dispatch_calls = call;
-      state->dispatch_step = step;  // the expand and the combine find this dispatch's rows by it
+    if (step_votes_agree(votes, rejected, info.world_size)) {
+      ll_record_call(state, dispatch, step, call);
     }
-    if (ran && !dispatch) state->combine_step = step;  // the tag of this combine's rows
     if (p.hooked_send) state->hooked_step = step;
   }
   settle_step_votes(info, p.peers, p.layout, step, peer_info, p.outcome, p.err, votes);

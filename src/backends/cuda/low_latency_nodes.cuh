@@ -99,9 +99,7 @@ __global__ void ll_node_step_kernel(LowLatencyParams p) {
     // ran (it needs every node's words).
     state->step = step;
     if (p.hooked_send) state->hooked_step = step;
-    const bool node_agreed = !votes.gave_up && !rejected && votes.out_of_step == info.world_size &&
-                             votes.rejected_by == info.world_size;
-    state->send_step = node_agreed ? step : 0;
+    state->send_step = step_votes_agree(votes, rejected, info.world_size) ? step : 0;
     state->node_gave_up = votes.gave_up ? step : 0;
   }
 }
@@ -277,13 +275,9 @@ __global__ void ll_settle_kernel(LowLatencyParams p) {
   }
   __syncthreads();
   if (threadIdx.x == 0) {
-    const bool ran = !votes.gave_up && !StepInfo::rejected(my_info) &&
-                     votes.out_of_step == info.world_size && votes.rejected_by == info.world_size;
-    if (ran && dispatch) {
-      state->dispatch_calls = call;
-      state->dispatch_step = step;  // the expand and the combine find this dispatch's rows by it
+    if (step_votes_agree(votes, StepInfo::rejected(my_info), info.world_size)) {
+      ll_record_call(state, dispatch, step, call);
     }
-    if (ran && !dispatch) state->combine_step = step;
   }
   settle_step_votes(info, p.peers, p.layout, step, peer_info, p.outcome, p.err, votes);
 }

@@ -31,6 +31,12 @@ __device__ inline void init_step_votes(StepVotes& v, const ErrorSink& err, int w
   v.gave_up = 0;
 }
 
+// Whether the exchange agreed on the call: no wait gave up, this rank did not reject it, and no
+// peer was in another call or rejected it.
+__device__ inline bool step_votes_agree(const StepVotes& v, bool rejected, int world_size) {
+  return !v.gave_up && !rejected && v.out_of_step == world_size && v.rejected_by == world_size;
+}
+
 // Where the words of one kind of step live: normal mode's or decode mode's step words.
 enum class StepWords { kNormal, kDecode };
 
