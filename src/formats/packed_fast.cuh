@@ -162,6 +162,8 @@ __device__ __forceinline__ void int8_e3m4_fast(const uint4& v, uint32_t amax_bit
   const float m8 = rcp_normal(s8);
   float energy = 0.0f;
   uint32_t codes[2];
+  // Each loop below unpacks a half of the lane's words where it uses it: unpacking all 8 values
+  // once, for both loops, made combine_kernel and ce_reduce_kernel spill 32 bytes (ptxas).
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const uint32_t w0 = half == 0 ? v.x : v.z, w1 = half == 0 ? v.y : v.w;
