@@ -80,39 +80,44 @@ __device__ __forceinline__ int notify_token_wide(const int32_t* slots, int topk,
   return flag;
 }
 
-// The same for top-k <= 32, a warp at a time: the warp owns the chunk's tokens [128w, 128w + 128)
-// and takes them G = 32 / P at a time, P = top-k rounded up to a power of two, lane l holding
-// slot l % P of token l / P: neighbouring lanes read neighbouring slots (topk_idx is read once,
-// in whole lines, 8 passes' loads in flight at once). A slot repeating an earlier slot of its
-// token is found by P - 1 shuffles within the token's lanes; lane 0 of each token writes the
-// token's flag to warp_flags[token] (shared, one byte a token), which the lanes then read back
-// blocked. Passes past the last token are skipped. (v22: with __match_any_sync for the repeats
-// and every pass run, notify took 59.6 us under ncu at 4096 tokens against v21's 34.9, and a
-// 128-token dispatch 68 us against 31; with shuffles, a runtime P and a flag loop per pass, 42.6
-// us and 41 us.)
+// The same for top-k <= 32, a pass at a time: a pass takes G = 32 / P tokens of the chunk, P =
+// top-k rounded up to a power of two, lane l holding slot l % P of token l / P: neighbouring
+// lanes read neighbouring slots (topk_idx is read once, in whole lines). Pass i goes to warp
+// i % warps, each warp with up to 8 passes' loads in flight, so a short chunk is spread over the
+// block (v22 run 3 gave each warp 128 consecutive tokens: at 128 tokens one warp ran all 32
+// passes, and notify took 15.6 us under ncu against 12.2 for v21's thread per token). A slot
+// repeating an earlier slot of its token is found by P - 1 shuffles within the token's lanes;
+// lane 0 of each token writes the token's flag to chunk_flags[token] (shared, a byte a token).
+// (v22: with __match_any_sync for the repeats and every pass run, notify took 59.6 us at 4096
+// tokens; with a runtime P, 42.6; with P a template parameter, 22.7; v21's thread per token 34.7.)
 template <int P>
-__device__ __forceinline__ void notify_flags_by_warp(const NotifyParams& p, int warp_first,
-                                                     int32_t first, int* expert_count,
-                                                     uint8_t* warp_flags) {
+__device__ __forceinline__ void notify_flags_by_pass(const NotifyParams& p, int base, int32_t first,
+                                                     int* expert_count, uint8_t* chunk_flags) {
   constexpr int kTokensPerPass = 32 / P;  // G
-  constexpr int kPasses = 32 * kNotifyTokensPerThread / kTokensPerPass;
-  constexpr int kBatch = kPasses < 8 ? kPasses : 8;
+  constexpr int kBatch = 8;
   constexpr unsigned kGroupMask = P >= 32 ? ~0u : (1u << P) - 1u;  // a token's lanes, at g = 0
   const RankInfo& info = p.info;
   const int lane = static_cast<int>(threadIdx.x) & 31;
+  const int warp = static_cast<int>(threadIdx.x) >> 5;
+  const int warps = static_cast<int>(blockDim.x) >> 5;
   const int g = lane / P, k = lane % P;
-  for (int pass0 = 0; pass0 < kPasses; pass0 += kBatch) {
-    if (warp_first + pass0 * kTokensPerPass >= p.num_tokens) break;  // warp-uniform
+  const int chunk_tokens =
+      min(p.num_tokens - base, Policy::kNotifyThreads * kNotifyTokensPerThread);
+  const int passes = (chunk_tokens + kTokensPerPass - 1) / kTokensPerPass;
+  for (int pass0 = warp; pass0 < passes; pass0 += warps * kBatch) {  // warp-uniform
     int32_t e[kBatch];
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
-      const int t = warp_first + (pass0 + b) * kTokensPerPass + g;
-      e[b] = k < info.topk && t < p.num_tokens
+      const int pass = pass0 + b * warps;
+      const int t = base + pass * kTokensPerPass + g;
+      e[b] = pass < passes && k < info.topk && t < p.num_tokens
                  ? __ldg(p.topk_idx + static_cast<int64_t>(t) * info.topk + k)
                  : -1;
     }
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
+      const int pass = pass0 + b * warps;
+      if (pass >= passes) break;  // warp-uniform
       const int32_t local = e[b] - first;
       const bool mine = e[b] >= 0 && local >= 0 && local < info.experts_per_rank;
       // Lane k of a token compares its expert with slots 0 .. k - 1 of the same token; the first
@@ -126,40 +131,34 @@ __device__ __forceinline__ void notify_flags_by_warp(const NotifyParams& p, int 
       if (mine && !repeated) atomicAdd(&expert_count[local], 1);
       const unsigned named = __ballot_sync(0xffffffffu, mine);
       if (k == 0) {
-        warp_flags[(pass0 + b) * kTokensPerPass + g] =
-            ((named >> (g * P)) & kGroupMask) != 0 ? 1 : 0;
+        chunk_flags[pass * kTokensPerPass + g] = ((named >> (g * P)) & kGroupMask) != 0 ? 1 : 0;
       }
     }
   }
-  __syncwarp();
 }
 
-// The flags of a chunk's tokens for top-k <= 32 (notify_flags_by_warp with P = top-k rounded up
+// The flags of a chunk's tokens for top-k <= 32 (notify_flags_by_pass with P = top-k rounded up
 // to a power of two); thread i gets tokens 4i .. 4i + 3, 0 past the last token.
 __device__ __forceinline__ void notify_flags_narrow(const NotifyParams& p, int base, int32_t first,
                                                     int* expert_count, uint8_t* chunk_flags,
                                                     int (&flag)[kNotifyTokensPerThread]) {
-  const int warp = static_cast<int>(threadIdx.x) >> 5;
-  const int warp_tokens = 32 * kNotifyTokensPerThread;
-  const int warp_first = base + warp * warp_tokens;
-  uint8_t* warp_flags = chunk_flags + warp * warp_tokens;
   const int topk = p.info.topk;
   if (topk <= 1) {
-    notify_flags_by_warp<1>(p, warp_first, first, expert_count, warp_flags);
+    notify_flags_by_pass<1>(p, base, first, expert_count, chunk_flags);
   } else if (topk <= 2) {
-    notify_flags_by_warp<2>(p, warp_first, first, expert_count, warp_flags);
+    notify_flags_by_pass<2>(p, base, first, expert_count, chunk_flags);
   } else if (topk <= 4) {
-    notify_flags_by_warp<4>(p, warp_first, first, expert_count, warp_flags);
+    notify_flags_by_pass<4>(p, base, first, expert_count, chunk_flags);
   } else if (topk <= 8) {
-    notify_flags_by_warp<8>(p, warp_first, first, expert_count, warp_flags);
+    notify_flags_by_pass<8>(p, base, first, expert_count, chunk_flags);
   } else if (topk <= 16) {
-    notify_flags_by_warp<16>(p, warp_first, first, expert_count, warp_flags);
+    notify_flags_by_pass<16>(p, base, first, expert_count, chunk_flags);
   } else {
-    notify_flags_by_warp<32>(p, warp_first, first, expert_count, warp_flags);
+    notify_flags_by_pass<32>(p, base, first, expert_count, chunk_flags);
   }
-  const int lane = static_cast<int>(threadIdx.x) & 31;
-  const uint32_t mine =
-      reinterpret_cast<const uint32_t*>(warp_flags)[lane];  // tokens 4 lane .. 4 lane + 3
+  __syncthreads();  // every pass's flags are written
+  // Tokens 4i .. 4i + 3 of the chunk, one byte each.
+  const uint32_t mine = reinterpret_cast<const uint32_t*>(chunk_flags)[threadIdx.x];
   const int t0 = base + static_cast<int>(threadIdx.x) * kNotifyTokensPerThread;
 #pragma unroll
   for (int j = 0; j < kNotifyTokensPerThread; ++j) {
