@@ -370,8 +370,8 @@ DispatchResult CudaOp::dispatch(const DispatchArgs& args) {
                       counters_.get(),
                       steps_,
                       timeout_ns(),
-                      sink};
-      np.nodes = nodes_;
+                      sink,
+                      nodes_};
       np.remote_experts = remote_experts_.get();
       if (config_.copy_engine) {
         np.ce_counts = &host_.device()->ce;

@@ -1,0 +1,236 @@
+// Decode mode's expand kernel: the receive part of a dispatch (the kernel family and its
+// protocol: low_latency.cuh).
+#pragma once
+
+#include "backends/cuda/low_latency.cuh"
+
+namespace moe_ep::cuda_backend {
+
+// Waits (bounded) for every source's done word of this step; returns false when a wait gave up.
+// Fills tokens[s] (in shared memory) with each source's T.
+__device__ __forceinline__ bool ll_wait_sources(const LowLatencyParams& p, uint64_t step,
+                                                int* tokens) {
+  __shared__ int gave_up;
+  if (threadIdx.x == 0) gave_up = 0;
+  __syncthreads();
+  const int s = threadIdx.x;
+  if (s < p.info.world_size) {
+    uint64_t word = 0;
+    const auto* done =
+        reinterpret_cast<const uint64_t*>(p.peers.base[p.info.rank] + p.layout.ll_done_offset(s));
+    if (wait_tagged(done, 32, step, p.timeout_ns, p.err, kPhaseDispatchWait, p.info.rank, s,
+                    &word)) {
+      tokens[s] = static_cast<int>(word & 0xffffffffu);
+    } else {
+      gave_up = 1;
+    }
+  }
+  __syncthreads();
+  return gave_up == 0;
+}
+
+// The expand's row copy: units (16-byte vectors of payload, or scale words) a lane loads before
+// it stores any, and the units of one work item (a part of a row) for a warp.
+inline constexpr int kLlCopyUnroll = 4;
+inline constexpr int kLlCopyPart = 32 * kLlCopyUnroll;
+
+// Loads part `part` of a row of `units` units into v (each lane kLlCopyUnroll units, all in
+// flight together; units past the row are left as they are). The stage rows were written by
+// peers: L2-only loads, so no stale L1 line serves them.
+template <typename U>
+__device__ __forceinline__ void ll_load_part(const U* src, int64_t units, int64_t part, int lane,
+                                             U (&v)[kLlCopyUnroll]) {
+  const int64_t first = part * kLlCopyPart + lane;
+#pragma unroll
+  for (int u = 0; u < kLlCopyUnroll; ++u) {
+    const int64_t i = first + u * 32;
+    if (i < units) v[u] = __ldcg(src + i);
+  }
+}
+
+template <typename U>
+__device__ __forceinline__ void ll_store_part(U* dst, int64_t units, int64_t part, int lane,
+                                              const U (&v)[kLlCopyUnroll]) {
+  const int64_t first = part * kLlCopyPart + lane;
+#pragma unroll
+  for (int u = 0; u < kLlCopyUnroll; ++u) {
+    const int64_t i = first + u * 32;
+    if (i < units) dst[i] = v[u];
+  }
+}
+
+// One expand work item: part `part` (units of U) of token t of source s, copied from its stage
+// row (`src`, `units` units) into the slab row of every local expert the token names (`slab`:
+// expert 0's row 0, rows `units` apart). Everything the item reads is issued before any of
+// it is used: the token's flag, its slots' local ids and ranks, and the part (read whether or
+// not the token came; the stage row exists either way). The slab row of slot k is the number
+// of the token's earlier sources' tokens naming its expert plus the slot's rank (both sent with
+// the rows), so no item waits for another. `record`: this item also writes the token's
+// slot_rows and its experts' sources (one item per token does).
+template <typename U>
+__device__ __forceinline__ void ll_expand_item(const LowLatencyParams& p, uint64_t step, int s,
+                                               int64_t t, const U* src, U* slab, int64_t units,
+                                               int64_t part, bool record, int lane) {
+  const RankInfo& info = p.info;
+  const char* self = p.peers.base[info.rank];
+  const int k_slots = info.topk;
+  const int64_t slab_rows = static_cast<int64_t>(info.world_size) * info.max_tokens;
+  const uint64_t flag =
+      __ldcg(reinterpret_cast<const uint64_t*>(self + p.layout.ll_flag_offset(s, t)));
+  const auto* meta = reinterpret_cast<const int32_t*>(self + p.layout.ll_meta_offset(s, t));
+  int32_t id[2] = {-1, -1};
+  int32_t rank[2] = {0, 0};
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {  // lane l holds slots l and 32 + l (topk <= 64)
+    const int k = h * 32 + lane;
+    if (k < k_slots) {
+      id[h] = __ldcg(meta + k);
+      rank[h] = __ldcg(meta + 2 * k_slots + k);
+    }
+  }
+  U v[kLlCopyUnroll];
+  ll_load_part(src, units, part, lane, v);
+  if (flag != (step << 1 | 1)) return;  // warp-uniform: token t of s did not come here
+  int64_t row[2] = {-1, -1};
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    if (id[h] < 0) continue;
+    int64_t r = rank[h] & 0x7fffffff;
+    for (int q = 0; q < s; ++q) {
+      r += __ldcg(reinterpret_cast<const int32_t*>(self + p.layout.ll_counts_offset(q, id[h])));
+    }
+    row[h] = id[h] * slab_rows + r;
+  }
+  if (record) {
+    const int64_t token = static_cast<int64_t>(s) * info.max_tokens + t;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int k = h * 32 + lane;
+      if (k >= k_slots) continue;
+      p.slot_rows[token * k_slots + k] = static_cast<int32_t>(row[h]);
+      if (id[h] >= 0 && rank[h] >= 0) {  // the first slot naming its expert
+        p.src_rank[row[h]] = s;
+        p.src_token[row[h]] = static_cast<int32_t>(t);
+        p.src_slot[row[h]] = k;
+      }
+    }
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    // One copy per expert: the first slot naming it.
+    for (uint32_t firsts = __ballot_sync(0xffffffffu, id[h] >= 0 && rank[h] >= 0); firsts != 0;
+         firsts &= firsts - 1) {
+      const int k = __ffs(firsts) - 1;
+      const int64_t r = __shfl_sync(0xffffffffu, row[h], k);
+      ll_store_part(slab + r * units, units, part, lane, v);
+    }
+  }
+}
+
+// The expand's work items (ll_expand_kernel): fills, (local expert, chunk of kFillRows slab rows)
+// pairs, then per_token items for each token received: `parts` parts of kLlCopyPart 16-byte
+// payload vectors (rows are whole 16-byte units), then `scale_parts` parts of 4-byte scale words
+// (of bytes when a scale row is not whole words, as mxfp4's e8m0 rows can be). The launcher
+// sizes the grid for the most items a call can have (every source sends Tmax tokens).
+struct LlExpandItems {
+  static constexpr int64_t kFillRows = 256;
+  int64_t fill_chunks, fills, vectors, scale_units, parts, scale_parts, per_token;
+  bool scale_words;
+
+  __host__ __device__ static LlExpandItems of(const LowLatencyParams& p) {
+    LlExpandItems s{};
+    const int64_t slab_rows = static_cast<int64_t>(p.info.world_size) * p.info.max_tokens;
+    s.fill_chunks = (slab_rows + kFillRows - 1) / kFillRows;
+    s.fills = p.info.experts_per_rank * s.fill_chunks;
+    s.vectors = p.layout.dispatch_payload_bytes / 16;
+    s.scale_words = p.layout.dispatch_scale_bytes % 4 == 0;
+    s.scale_units =
+        s.scale_words ? p.layout.dispatch_scale_bytes / 4 : p.layout.dispatch_scale_bytes;
+    s.parts = (s.vectors + kLlCopyPart - 1) / kLlCopyPart;
+    s.scale_parts = (s.scale_units + kLlCopyPart - 1) / kLlCopyPart;
+    s.per_token = s.parts + s.scale_parts;
+    return s;
+  }
+  __host__ __device__ int64_t most_items(const LowLatencyParams& p) const {
+    return fills + static_cast<int64_t>(p.info.world_size) * p.info.max_tokens * per_token;
+  }
+};
+
+template <typename F>
+__global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm)
+    ll_expand_kernel(LowLatencyParams p) {
+  ll_follow_previous_kernel();
+  __shared__ int tokens[Policy::kMaxPeers];
+  __shared__ int64_t first_token[Policy::kMaxPeers + 1];
+  if (block_sees_error(p.err)) return;
+  const RankInfo& info = p.info;
+  // The step of the dispatch being received; with overlap hooks, calls rejected since its send
+  // part have taken later steps.
+  const uint64_t step = p.state->dispatch_step;
+  if (!ll_receive_has_its_send(p, step, kPhaseDispatchWait)) return;
+  if (!ll_wait_sources(p, step, tokens)) return;
+  if (threadIdx.x == 0) {
+    int64_t at = 0;
+    for (int s = 0; s < info.world_size; ++s) {
+      first_token[s] = at;
+      at += tokens[s];
+    }
+    first_token[info.world_size] = at;
+  }
+  __syncthreads();
+  const WarpCoord c = warp_coord();
+  const char* self = p.peers.base[info.rank];
+  const int64_t slab_rows = static_cast<int64_t>(info.world_size) * info.max_tokens;
+  const int64_t payload_bytes = p.layout.dispatch_payload_bytes;
+  // Work items (LlExpandItems), spread over every warp of the grid, none waiting for another:
+  // fills write an expert's count (the sum of the sources' counts) and -1 sources past it;
+  // copies are (token of any source, part), the tokens of all sources one after another.
+  const LlExpandItems shape = LlExpandItems::of(p);
+  const int64_t fills = shape.fills;
+  const int64_t parts = shape.parts;
+  const int64_t items = fills + first_token[info.world_size] * shape.per_token;
+  for (int64_t item = c.warp; item < items; item += c.num_warps) {
+    if (item < fills) {
+      const int e = static_cast<int>(item / shape.fill_chunks);
+      const int64_t chunk = item - e * shape.fill_chunks;
+      int n = 0;
+      for (int s = c.lane; s < info.world_size; s += 32) {
+        n += __ldcg(reinterpret_cast<const int32_t*>(self + p.layout.ll_counts_offset(s, e)));
+      }
+      n = __reduce_add_sync(0xffffffffu, n);
+      if (chunk == 0 && c.lane == 0) p.count[e] = n;
+      const int64_t end = (chunk + 1) * LlExpandItems::kFillRows < slab_rows
+                              ? (chunk + 1) * LlExpandItems::kFillRows
+                              : slab_rows;
+      const int64_t begin =
+          chunk * LlExpandItems::kFillRows > n ? chunk * LlExpandItems::kFillRows : n;
+      for (int64_t row = begin + c.lane; row < end; row += 32) {
+        p.src_rank[e * slab_rows + row] = -1;
+        p.src_token[e * slab_rows + row] = -1;
+        p.src_slot[e * slab_rows + row] = -1;
+      }
+      continue;
+    }
+    const int64_t token = (item - fills) / shape.per_token;
+    const int64_t part = (item - fills) - token * shape.per_token;
+    int s = 0;
+    while (token >= first_token[s + 1]) ++s;
+    const int64_t t = token - first_token[s];
+    const char* stage = self + p.layout.ll_stage_offset(s, t);
+    if (part < parts) {
+      ll_expand_item(p, step, s, t, reinterpret_cast<const uint4*>(stage),
+                     reinterpret_cast<uint4*>(p.slab_payload), shape.vectors, part, part == 0,
+                     c.lane);
+    } else if (shape.scale_words) {
+      ll_expand_item(p, step, s, t, reinterpret_cast<const uint32_t*>(stage + payload_bytes),
+                     reinterpret_cast<uint32_t*>(p.slab_scales), shape.scale_units, part - parts,
+                     false, c.lane);
+    } else {
+      ll_expand_item(p, step, s, t, reinterpret_cast<const uint8_t*>(stage + payload_bytes),
+                     reinterpret_cast<uint8_t*>(p.slab_scales), shape.scale_units, part - parts,
+                     false, c.lane);
+    }
+  }
+}
+
+}  // namespace moe_ep::cuda_backend
