@@ -245,8 +245,10 @@ __device__ __forceinline__ void send_received_row(const CombineParams& p, int64_
 // kOwnInPlace (one node): this rank's rows of its own tokens are not sent to itself; each of
 // those tokens' reduce reads its row of y and encodes and decodes it in registers
 // (reduce_combine_range with OwnRowOfY), the same bits without the buffer's write and read, the
-// system fence and the flag (docs/perf-notes.md, v18). Several nodes: every row is sent (the
-// node path sums elsewhere).
+// system fence and the flag (docs/perf-notes.md, v18). Those rows, [send_offset[rank],
+// + recv_from_self) of y (received rows are grouped by source), take no send ticket: the send
+// items are the other rows (at world size 1 none; v22 took a ticket and read the source of
+// each row to skip it). Several nodes: every row is sent (the node path sums elsewhere).
 template <typename F, bool kOwnInPlace>
 __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm)
     combine_kernel(CombineParams p) {
@@ -256,7 +258,10 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
   // The step agreement failed or this rank rejected: nothing moves, on every rank.
   if (block_sees_error(p.err)) return;
   const WarpCoord c = warp_coord();
-  const int64_t num_send = p.num_recv;
+  // Own rows (kOwnInPlace): [own_first, own_first + own_rows) of the received rows.
+  const int64_t own_first = kOwnInPlace ? __ldcg(p.send_offset + p.info.rank) : 0;
+  const int64_t own_rows = kOwnInPlace ? __ldcg(p.recv_from_self) : 0;
+  const int64_t num_send = p.num_recv - own_rows;
   const int64_t total = num_send + p.num_tokens;
   // Received rows are grouped by source rank; rank r starts near its own group (about r/W of
   // the way in) so that every rank's tokens see rows arriving from the start, not rank 0's first.
@@ -273,12 +278,8 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
     const int64_t item = take_ticket(&p.tickets[0], c.lane);
     if (item >= total) break;
     if (item < num_send) {
-      const int64_t i = item + rotation < num_send ? item + rotation : item + rotation - num_send;
-      if constexpr (kOwnInPlace) {
-        const int src = __ldcg(reinterpret_cast<const int32_t*>(p.peers.base[p.info.rank] +
-                                                                p.layout.recv_src_rank_offset(i)));
-        if (src == p.info.rank) continue;  // summed in place by the token's reduce
-      }
+      const int64_t j = item + rotation < num_send ? item + rotation : item + rotation - num_send;
+      const int64_t i = j < own_first ? j : j + own_rows;  // past this rank's own rows
       send_received_row<F>(p, i, c.lane);
     } else {
       const int64_t t = item - num_send;

@@ -41,6 +41,7 @@ CudaOp::CudaOp(std::shared_ptr<CudaComm> comm, const OpConfig& config, int num_s
   pos_ =
       DeviceArray<int32_t>(device_, static_cast<size_t>(world_size_) * config.max_tokens_per_rank);
   send_offset_ = DeviceArray<int32_t>(device_, world_size_);
+  recv_from_self_ = DeviceArray<int32_t>(device_, 1);
   recv_expert_count_ = DeviceArray<int32_t>(device_, layout_.local_experts);
   counters_ = DeviceArray<unsigned int>(device_, 4);
   counters_.zero(comm_->internal_stream());
@@ -373,6 +374,7 @@ DispatchResult CudaOp::dispatch(const DispatchArgs& args) {
                       sink,
                       nodes_};
       np.remote_experts = remote_experts_.get();
+      np.recv_from_self = recv_from_self_.get();
       if (config_.copy_engine) {
         np.ce_counts = &host_.device()->ce;
         np.ce_stage_offset = ce_stage_offset_.get();
@@ -514,7 +516,10 @@ void CudaOp::combine(const Handle& handle, const TensorView& y, const TensorView
                        steps_,
                        timeout_ns(),
                        error_sink()};
-      if (!nodes_.several()) cp.send_offset = send_offset_.get();  // own rows summed in place
+      if (!nodes_.several()) {  // own rows summed in place
+        cp.send_offset = send_offset_.get();
+        cp.recv_from_self = recv_from_self_.get();
+      }
       MOE_EP_CUDA_CHECK(launch_combine(config_.combine_dtype, cp, data_blocks_, stream));
       if (nodes_.several()) combine_across_nodes(handle, out, stream);
     }

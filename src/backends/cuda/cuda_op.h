@@ -171,6 +171,7 @@ class CudaOp final : public OpBase {
   int64_t step_launched_ns_ = 0;             // host clock at the latest step's launch, for reports
   DeviceArray<int32_t> pos_;                 // [W, max_tokens]
   DeviceArray<int32_t> send_offset_;         // [W]
+  DeviceArray<int32_t> recv_from_self_;      // [1]: rows received from this rank itself
   DeviceArray<int32_t> recv_expert_count_;   // [E / W]
   DeviceArray<unsigned int> counters_;       // [4]: notify tickets [2], combine tickets [2]
   DeviceArray<unsigned int> block_counter_;  // [1]: dispatch last-block-done counter

@@ -278,6 +278,9 @@ __device__ void notify_receive(const NotifyParams& p, int* counts /* [W*W] */) {
     }
   }
   if (threadIdx.x == 0) {
+    if (p.recv_from_self != nullptr) {
+      *p.recv_from_self = counts[info.rank * world + info.rank];
+    }
     int64_t num_recv = 0;
     for (int src = 0; src < world; ++src) num_recv += counts[src * world + info.rank];
     *reinterpret_cast<volatile int64_t*>(p.host_num_recv) = num_recv;
