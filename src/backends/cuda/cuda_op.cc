@@ -45,6 +45,13 @@ CudaOp::CudaOp(std::shared_ptr<CudaComm> comm, const OpConfig& config, int num_s
   recv_expert_count_ = DeviceArray<int32_t>(device_, layout_.local_experts);
   counters_ = DeviceArray<unsigned int>(device_, 4);
   counters_.zero(comm_->internal_stream());
+  // notify's parts (launch.h): look-back words, sums and finished parts, all zero to start.
+  notify_part_words_ = DeviceArray<uint64_t>(device_, world_size_ * kNotifyMaxParts);
+  notify_part_words_.zero(comm_->internal_stream());
+  notify_part_sums_ = DeviceArray<int32_t>(device_, config.num_experts + world_size_);
+  notify_part_sums_.zero(comm_->internal_stream());
+  notify_parts_done_ = DeviceArray<unsigned int>(device_, world_size_);
+  notify_parts_done_.zero(comm_->internal_stream());
   block_counter_ = DeviceArray<unsigned int>(device_, 1);
   block_counter_.zero(comm_->internal_stream());
   error_flag_ = DeviceArray<int32_t>(device_, 1);
@@ -375,6 +382,9 @@ DispatchResult CudaOp::dispatch(const DispatchArgs& args) {
                       nodes_};
       np.remote_experts = remote_experts_.get();
       np.recv_from_self = recv_from_self_.get();
+      np.part_words = notify_part_words_.get();
+      np.part_sums = notify_part_sums_.get();
+      np.parts_done = notify_parts_done_.get();
       if (config_.copy_engine) {
         np.ce_counts = &host_.device()->ce;
         np.ce_stage_offset = ce_stage_offset_.get();
