@@ -141,6 +141,18 @@ TEST(GpuBackend, OddShapesZeroTokensAndRepeatedCallsEqualCpu) {
   }
 }
 
+// notify's scan split into parts (launch.h, notify_parts): 513 tokens take 2 parts, 4097 take
+// 8 (the look-back across parts), 40000 one part of 10 chunks; every output against the CPU.
+TEST(GpuBackend, ScansInPartsAndInChunksEqualCpu) {
+  MOE_EP_REQUIRE_GPU();
+  const uint64_t seed = test_seed();
+  const int world = cuda_device_count();
+  const DtypePair pair{DispatchDtype::bf16, CombineDtype::bf16};
+  for (int64_t tokens : {513, 4097, 40000}) {
+    run_case({128, 8 * world, 3, {tokens}, 0.2, false, 2}, pair, world, seed + tokens);
+  }
+}
+
 TEST(GpuBackend, WorldSizeOneEqualsCpu) {
   MOE_EP_REQUIRE_GPU();
   for (const DtypePair& pair : all_pairs()) {

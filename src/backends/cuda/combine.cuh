@@ -191,13 +191,13 @@ __device__ __forceinline__ bool reduce_combine_range(const ReduceArgs& a, int64_
 }
 
 // The token side of a token whose only row is this rank's own (every token at world size 1): out
-// = bf16(0 + decode(encode(own row))) lane by lane, what the send to itself and the reduce would
-// have computed, with the loads of kCombineUnroll steps in flight and one step's sum live at a
-// time (the general in-place reduce keeps every step's sum and spills).
+// = bf16(0 + decode(encode(own row))) lane by lane for elements [begin, end), what the send to
+// itself and the reduce would have computed, with the loads of kCombineUnroll steps in flight and
+// one step's sum live at a time (the general in-place reduce keeps every step's sum and spills).
 template <typename F, typename OwnRow>
-__device__ __forceinline__ void reduce_own_row_only(const OwnRow& own, uint16_t* out_row,
-                                                    int hidden, int lane) {
-  for (int64_t base = 0; base < hidden; base += kElemsPerWarpStep * kCombineUnroll) {
+__device__ __forceinline__ void reduce_own_row_only(const OwnRow& own, uint16_t* out_row, int begin,
+                                                    int end, int lane) {
+  for (int base = begin; base < end; base += kElemsPerWarpStep * kCombineUnroll) {
     uint4 v[kCombineUnroll];
 #pragma unroll
     for (int u = 0; u < kCombineUnroll; ++u) {
@@ -205,13 +205,13 @@ __device__ __forceinline__ void reduce_own_row_only(const OwnRow& own, uint16_t*
     }
 #pragma unroll
     for (int u = 0; u < kCombineUnroll; ++u) {
-      if (base + u * kElemsPerWarpStep >= hidden) break;  // warp-uniform, as in the send
+      if (base + u * kElemsPerWarpStep >= end) break;  // warp-uniform, as in the send
       const int64_t elem = base + u * kElemsPerWarpStep + lane * kElemsPerLane;
       float acc[kElemsPerLane];
 #pragma unroll
       for (int j = 0; j < kElemsPerLane; ++j) acc[j] = 0.0f;
       formats::lane_round_trip_add<F>(v[u], true, acc);  // every lane, as in the send
-      if (elem < hidden) *reinterpret_cast<uint4*>(out_row + elem) = lane_pack_bf16(acc);
+      if (elem < end) *reinterpret_cast<uint4*>(out_row + elem) = lane_pack_bf16(acc);
     }
   }
 }
@@ -245,8 +245,10 @@ __device__ __forceinline__ void send_received_row(const CombineParams& p, int64_
 // kOwnInPlace (one node): this rank's rows of its own tokens are not sent to itself; each of
 // those tokens' reduce reads its row of y and encodes and decodes it in registers
 // (reduce_combine_range with OwnRowOfY), the same bits without the buffer's write and read, the
-// system fence and the flag (docs/perf-notes.md, v18). Several nodes: every row is sent (the
-// node path sums elsewhere).
+// system fence and the flag (docs/perf-notes.md, v18). Those rows, [send_offset[rank],
+// + recv_from_self) of y (received rows are grouped by source), take no send ticket: the send
+// items are the other rows (at world size 1 none; v22 took a ticket and read the source of
+// each row to skip it). Several nodes: every row is sent (the node path sums elsewhere).
 template <typename F, bool kOwnInPlace>
 __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm)
     combine_kernel(CombineParams p) {
@@ -256,8 +258,18 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
   // The step agreement failed or this rank rejected: nothing moves, on every rank.
   if (block_sees_error(p.err)) return;
   const WarpCoord c = warp_coord();
-  const int64_t num_send = p.num_recv;
-  const int64_t total = num_send + p.num_tokens;
+  // Own rows (kOwnInPlace): [own_first, own_first + own_rows) of the received rows.
+  const int64_t own_first = kOwnInPlace ? __ldcg(p.send_offset + p.info.rank) : 0;
+  const int64_t own_rows = kOwnInPlace ? __ldcg(p.recv_from_self) : 0;
+  const int64_t num_send = p.num_recv - own_rows;
+  // Token items: whole rows when the tokens alone fill at least half the grid's warps, else
+  // slices of kSlice elements (a multiple of every block size, so the bits do not change), as
+  // the dispatch does: at 128 tokens one warp a token left most of the grid idle behind each
+  // warp's chain of encode-decode steps (v21-v22: int8/e3m4 1.05-1.43x fp8 there, 1.04x at 4096).
+  constexpr int64_t kSlice = Policy::kDispatchSliceElems;
+  const int hidden = p.info.hidden;
+  const int64_t token_slices = 2 * p.num_tokens >= c.num_warps ? 1 : (hidden + kSlice - 1) / kSlice;
+  const int64_t total = num_send + p.num_tokens * token_slices;
   // Received rows are grouped by source rank; rank r starts near its own group (about r/W of
   // the way in) so that every rank's tokens see rows arriving from the start, not rank 0's first.
   const int64_t rotation = num_send * p.info.rank / p.info.world_size;
@@ -273,15 +285,15 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
     const int64_t item = take_ticket(&p.tickets[0], c.lane);
     if (item >= total) break;
     if (item < num_send) {
-      const int64_t i = item + rotation < num_send ? item + rotation : item + rotation - num_send;
-      if constexpr (kOwnInPlace) {
-        const int src = __ldcg(reinterpret_cast<const int32_t*>(p.peers.base[p.info.rank] +
-                                                                p.layout.recv_src_rank_offset(i)));
-        if (src == p.info.rank) continue;  // summed in place by the token's reduce
-      }
+      const int64_t j = item + rotation < num_send ? item + rotation : item + rotation - num_send;
+      const int64_t i = j < own_first ? j : j + own_rows;  // past this rank's own rows
       send_received_row<F>(p, i, c.lane);
     } else {
-      const int64_t t = item - num_send;
+      const int64_t t = (item - num_send) / token_slices;
+      const int slice = static_cast<int>((item - num_send) - t * token_slices);
+      // The slice's elements when token_slices > 1 (32-bit: hidden <= 65536).
+      const int begin = slice * static_cast<int>(kSlice);
+      const int end = min(hidden, begin + static_cast<int>(kSlice));
       // In place: the routes' rows are absolute (send_offset), so this rank's is its y row.
       const TokenRoutes routes = token_routes(p.pos, kOwnInPlace ? p.send_offset : nullptr,
                                               p.info.max_tokens, p.info.world_size, t, c.lane);
@@ -289,17 +301,23 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
       bool done = false;
       if constexpr (kOwnInPlace) {
         const int64_t own_row = routes.row(p.info.rank);  // every lane: it shuffles
-        const OwnRowOfY own{p.y + (own_row >= 0 ? own_row : 0) * p.info.hidden, p.info.hidden};
+        const OwnRowOfY own{p.y + (own_row >= 0 ? own_row : 0) * hidden, hidden};
         if (routes.mask == uint64_t{1} << p.info.rank) {  // no other rank's row to wait for
-          reduce_own_row_only<F>(own, p.out + t * p.info.hidden, p.info.hidden, c.lane);
+          if (token_slices == 1) {  // the bounds as constants: a runtime range spilled (int8)
+            reduce_own_row_only<F>(own, p.out + t * hidden, 0, hidden, c.lane);
+          } else {
+            reduce_own_row_only<F>(own, p.out + t * hidden, begin, end, c.lane);
+          }
           done = true;
         } else {
-          done = reduce_combine_range<F>(reduce, t, routes.mask, 0, p.info.hidden, flag_offset,
-                                         c.lane, own);
+          // Rows of other ranks: the whole row in the token's first slice item (a generic range
+          // here made the kernel spill 16-76 bytes); its other slice items have nothing to do.
+          done = slice != 0 || reduce_combine_range<F>(reduce, t, routes.mask, 0, hidden,
+                                                       flag_offset, c.lane, own);
         }
       } else {
-        done =
-            reduce_combine_range<F>(reduce, t, routes.mask, 0, p.info.hidden, flag_offset, c.lane);
+        done = slice != 0 ||
+               reduce_combine_range<F>(reduce, t, routes.mask, 0, hidden, flag_offset, c.lane);
       }
       if (!done) break;  // reported; the other warps see the flag and stop too
     }

@@ -74,7 +74,7 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
     const int64_t own_row = own_pos >= 0 ? __ldcg(p.send_offset + info.rank) + own_pos : 0;
     const OwnRowOfY own{p.y + own_row * info.hidden, info.hidden};
     if (routes.mask == uint64_t{1} << info.rank) {  // no other rank's row to wait for
-      reduce_own_row_only<F>(own, p.out + t * info.hidden, info.hidden, c.lane);
+      reduce_own_row_only<F>(own, p.out + t * info.hidden, 0, info.hidden, c.lane);
       continue;
     }
     // pos[r][t] read per source and step rather than shuffled from the routes, which would keep

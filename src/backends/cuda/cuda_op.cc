@@ -41,9 +41,17 @@ CudaOp::CudaOp(std::shared_ptr<CudaComm> comm, const OpConfig& config, int num_s
   pos_ =
       DeviceArray<int32_t>(device_, static_cast<size_t>(world_size_) * config.max_tokens_per_rank);
   send_offset_ = DeviceArray<int32_t>(device_, world_size_);
+  recv_from_self_ = DeviceArray<int32_t>(device_, 1);
   recv_expert_count_ = DeviceArray<int32_t>(device_, layout_.local_experts);
   counters_ = DeviceArray<unsigned int>(device_, 4);
   counters_.zero(comm_->internal_stream());
+  // notify's parts (launch.h): look-back words, sums and finished parts, all zero to start.
+  notify_part_words_ = DeviceArray<uint64_t>(device_, world_size_ * kNotifyMaxParts);
+  notify_part_words_.zero(comm_->internal_stream());
+  notify_part_sums_ = DeviceArray<int32_t>(device_, config.num_experts + world_size_);
+  notify_part_sums_.zero(comm_->internal_stream());
+  notify_parts_done_ = DeviceArray<unsigned int>(device_, world_size_);
+  notify_parts_done_.zero(comm_->internal_stream());
   block_counter_ = DeviceArray<unsigned int>(device_, 1);
   block_counter_.zero(comm_->internal_stream());
   error_flag_ = DeviceArray<int32_t>(device_, 1);
@@ -373,6 +381,10 @@ DispatchResult CudaOp::dispatch(const DispatchArgs& args) {
                       sink,
                       nodes_};
       np.remote_experts = remote_experts_.get();
+      np.recv_from_self = recv_from_self_.get();
+      np.part_words = notify_part_words_.get();
+      np.part_sums = notify_part_sums_.get();
+      np.parts_done = notify_parts_done_.get();
       if (config_.copy_engine) {
         np.ce_counts = &host_.device()->ce;
         np.ce_stage_offset = ce_stage_offset_.get();
@@ -514,7 +526,10 @@ void CudaOp::combine(const Handle& handle, const TensorView& y, const TensorView
                        steps_,
                        timeout_ns(),
                        error_sink()};
-      if (!nodes_.several()) cp.send_offset = send_offset_.get();  // own rows summed in place
+      if (!nodes_.several()) {  // own rows summed in place
+        cp.send_offset = send_offset_.get();
+        cp.recv_from_self = recv_from_self_.get();
+      }
       MOE_EP_CUDA_CHECK(launch_combine(config_.combine_dtype, cp, data_blocks_, stream));
       if (nodes_.several()) combine_across_nodes(handle, out, stream);
     }

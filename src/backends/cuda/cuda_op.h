@@ -171,10 +171,14 @@ class CudaOp final : public OpBase {
   int64_t step_launched_ns_ = 0;             // host clock at the latest step's launch, for reports
   DeviceArray<int32_t> pos_;                 // [W, max_tokens]
   DeviceArray<int32_t> send_offset_;         // [W]
+  DeviceArray<int32_t> recv_from_self_;      // [1]: rows received from this rank itself
   DeviceArray<int32_t> recv_expert_count_;   // [E / W]
   DeviceArray<unsigned int> counters_;       // [4]: notify tickets [2], combine tickets [2]
-  DeviceArray<unsigned int> block_counter_;  // [1]: dispatch last-block-done counter
-  DeviceArray<int32_t> error_flag_;          // device copy of the error code (ErrorSink::flag)
+  DeviceArray<uint64_t> notify_part_words_;  // [W, kNotifyMaxParts] (launch.h, NotifyParams)
+  DeviceArray<int32_t> notify_part_sums_;    // [W, E/W + 1]
+  DeviceArray<unsigned int> notify_parts_done_;  // [W]
+  DeviceArray<unsigned int> block_counter_;      // [1]: dispatch last-block-done counter
+  DeviceArray<int32_t> error_flag_;              // device copy of the error code (ErrorSink::flag)
   HostMapped<HostShared> host_;
   Event notified_;   // after notify: num_recv is known
   Event call_done_;  // after the op's latest call, on the stream it ran on

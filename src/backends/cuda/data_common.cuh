@@ -94,16 +94,22 @@ __device__ __forceinline__ uint4 load_lane(const uint16_t* row, int64_t elem, in
   return load_stream(reinterpret_cast<const uint4*>(row + elem));
 }
 
-// Store one lane's encoded elements and, for the first lane of a block, the block's scale.
+// Store one lane's encoded elements and, for the first lane of a block, the block's scale
+// (the stored word of its Params).
+template <typename F>
+__device__ __forceinline__ void store_lane(char* payload, char* scales, int64_t elem,
+                                           const LaneWord<F>& word, typename F::Scale stored) {
+  *reinterpret_cast<LaneWord<F>*>(payload + formats::payload_bytes_of<F>(elem)) = word;
+  if constexpr (F::kBlock != 0) {
+    if (elem % F::kBlock == 0)
+      reinterpret_cast<typename F::Scale*>(scales)[elem / F::kBlock] = stored;
+  }
+}
+
 template <typename F>
 __device__ __forceinline__ void store_lane(char* payload, char* scales, int64_t elem,
                                            const LaneWord<F>& word, typename F::Params params) {
-  *reinterpret_cast<LaneWord<F>*>(payload + formats::payload_bytes_of<F>(elem)) = word;
-  if constexpr (F::kBlock != 0) {
-    if (elem % F::kBlock == 0) {
-      reinterpret_cast<typename F::Scale*>(scales)[elem / F::kBlock] = params.stored;
-    }
-  }
+  store_lane<F>(payload, scales, elem, word, params.stored);
 }
 
 template <typename F>

@@ -88,11 +88,13 @@ __device__ __forceinline__ void stage_metadata(const DispatchParams& p, char* ro
 }
 
 // Sender role, payload from bf16: encode the slice [begin, begin + 1024) of row t (clipped to
-// the row) 256 elements a step, each step once, and store it to every destination. A bf16 slice
-// is stored destination by destination, the destination's row and base found once per slice
-// (v21: once per step and destination, most of the kernel's 2150 instructions a row); the
-// quantized formats, and every format with several nodes (staged rows), store each step as it is
-// encoded, since there the slice's live values spill registers under the kernel's cap of 64.
+// the row) 256 elements a step, each step once, and store it to every destination. With one
+// node the slice is stored destination by destination, the destination's row and base found
+// once per slice (v21: once per step and destination, most of the bf16 kernel's 2150
+// instructions a row; v22: bf16 kernel 57 -> 45 us under ncu); quantized formats first encode the
+// whole slice (4 lane words and stored scales; ptxas spills 20 bytes for fp8 and 12 for mxfp4
+// under the cap of 64 registers). With several nodes (staged rows) each step is stored as it is
+// encoded.
 template <typename F, bool kNodes>
 __device__ __forceinline__ void send_encoded(const DispatchParams& p, const RecvFields& f,
                                              int64_t t, int64_t begin, const TokenRoutes& routes,
@@ -106,7 +108,30 @@ __device__ __forceinline__ void send_encoded(const DispatchParams& p, const Recv
   for (int u = 0; u < kDispatchUnroll; ++u) {
     v[u] = load_lane(src, begin + u * kElemsPerWarpStep + lane * kElemsPerLane, hidden);
   }
-  if constexpr (F::kBitsPerElem == 16 && !kNodes) {  // bf16: the payload is the input
+  if constexpr (F::kBitsPerElem != 16 && !kNodes) {  // quantized, one node: encode, then store
+    const int64_t first_elem = begin + lane * kElemsPerLane;
+    LaneWord<F> words[kDispatchUnroll];
+    typename F::Scale stored[kDispatchUnroll];  // only the stored word of each step's Params
+#pragma unroll
+    for (int u = 0; u < kDispatchUnroll; ++u) {
+      if (begin + u * kElemsPerWarpStep < hidden) {  // warp-uniform
+        typename F::Params params;
+        formats::encode_lane<F>(v[u], words[u], params);
+        stored[u] = params.stored;
+      }
+    }
+    for (uint64_t m = direct; m != 0;) {
+      const int d = next_dest(m);
+      const int64_t row = routes.row(d);
+      char* payload_row = p.peers.base[d] + f.payload + row * payload_bytes;
+      char* scale_row = p.peers.base[d] + f.scales + row * scale_bytes;
+#pragma unroll
+      for (int u = 0; u < kDispatchUnroll; ++u) {
+        const int64_t elem = first_elem + u * kElemsPerWarpStep;
+        if (elem < hidden) store_lane<F>(payload_row, scale_row, elem, words[u], stored[u]);
+      }
+    }
+  } else if constexpr (F::kBitsPerElem == 16 && !kNodes) {  // bf16: the payload is the input
     const int64_t first_elem = begin + lane * kElemsPerLane;
     const auto store_slice = [&](char* payload_row) {
 #pragma unroll

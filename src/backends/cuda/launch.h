@@ -11,6 +11,7 @@
 
 #include "backends/cuda/device_error.h"
 #include "backends/cuda/node_geometry.h"
+#include "backends/cuda/notify_parts.h"
 #include "backends/cuda/policy.h"
 #include "core/agreement.h"
 #include "core/layout.h"
@@ -121,6 +122,15 @@ struct NotifyParams {
   // staging area for d != rank, its own receive row send_offset[rank] for itself ([W], device).
   CopyEngineCounts* ce_counts = nullptr;
   int32_t* ce_stage_offset = nullptr;
+  // Several parts per destination (notify_parts): [W, kNotifyMaxParts] look-back words, [W, E/W + 1]
+  // per-expert counts and rows summed over the parts, [W] parts finished; the last part of a
+  // destination resets its sums and count to 0.
+  uint64_t* part_words = nullptr;
+  int32_t* part_sums = nullptr;
+  unsigned int* parts_done = nullptr;
+  // [1], device: the rows this rank receives from itself (where they start is send_offset[rank]),
+  // for the combine's in-place sum; null when unused.
+  int32_t* recv_from_self = nullptr;
 };
 enum NotifyPhase : int32_t {
   kNotifyAll = 0,
@@ -213,6 +223,9 @@ struct CombineParams {
   // send_offset of the matching dispatch); the combine then sums this rank's own rows in place.
   // Null: every row is sent (several nodes).
   const int32_t* send_offset = nullptr;
+  // With send_offset: [1], the rows this rank received from itself (notify's recv_from_self);
+  // they are rows [send_offset[rank], + recv_from_self[0]) of y, and get no send ticket.
+  const int32_t* recv_from_self = nullptr;
   // Copy-engine path: [R, combine row bytes], where ce_combine_pack_kernel encodes the rows of y
   // bound for other ranks, at their received row index (copy_engine.cuh).
   char* ce_stage = nullptr;

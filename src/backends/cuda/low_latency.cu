@@ -43,7 +43,16 @@ cudaError_t launch_ll_send(DispatchDtype dtype, bool prequantized, const LowLate
         p.nodes.several()
             ? (prequantized ? ll_send_kernel<F, true, true> : ll_send_kernel<F, false, true>)
             : (prequantized ? ll_send_kernel<F, true, false> : ll_send_kernel<F, false, false>);
-    return launch_following(kernel, num_blocks, Policy::kDataThreads, stream, p);
+    // No more blocks than the call's work items (a token's metadata, then its slices): every
+    // block takes part in the grid-wide end (a system fence and a count each), which a one-token
+    // send paid for the whole budget's blocks (v16: 9.5 us). T is the call's shape, so calls with
+    // the same shapes (a captured graph's replays among them) get the same grid.
+    const int64_t slices = prequantized ? 1
+                                        : (p.info.hidden + Policy::kDispatchSliceElems - 1) /
+                                              Policy::kDispatchSliceElems;
+    const int64_t items = static_cast<int64_t>(p.num_tokens) * (1 + slices);
+    return launch_following(kernel, blocks_for_warp_items(items, num_blocks), Policy::kDataThreads,
+                            stream, p);
   });
 }
 
@@ -71,11 +80,13 @@ cudaError_t launch_ll_combine(CombineDtype dtype, const LowLatencyParams& p, int
   return formats::visit_format(dtype, [&](auto format) {
     using F = decltype(format);
     // The whole combine in one launch sums this rank's own part in place (low_latency_combine.cuh).
-    return p.combine_phase == kLlCombineAll
-               ? launch_following(ll_combine_kernel<F, true>, num_blocks, Policy::kDataThreads,
-                                  stream, p)
-               : launch_following(ll_combine_kernel<F, false>, num_blocks, Policy::kDataThreads,
-                                  stream, p);
+    // No more blocks than this launch's items (ll_combine_items): a warp that finds no item still
+    // takes a ticket and counts itself out, two atomics on one word each.
+    const int blocks = blocks_for_warp_items(ll_combine_items(p).count(), num_blocks);
+    return p.combine_phase == kLlCombineAll ? launch_following(ll_combine_kernel<F, true>, blocks,
+                                                               Policy::kDataThreads, stream, p)
+                                            : launch_following(ll_combine_kernel<F, false>, blocks,
+                                                               Policy::kDataThreads, stream, p);
   });
 }
 

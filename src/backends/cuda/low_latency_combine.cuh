@@ -105,6 +105,26 @@ __device__ __forceinline__ bool ll_reduce_with_own_part(const LowLatencyParams& 
 // kOwnInPlace: the whole combine in one launch (kLlCombineAll), this rank's own part summed in
 // place (ll_reduce_with_own_part); otherwise one part of a hooked combine, or both, with every
 // part sent. Two instantiations, so that neither carries the other's registers.
+// A decode combine launch's work items, slices of rows (Policy::kDispatchSliceElems elements):
+// sends, (source, token, slice) candidates for every source and token below Tmax, but this
+// rank's own tokens when they are summed in place (the whole combine in one launch); then
+// reduces, (token, slice) for this rank's T tokens. A launch runs the sends and the reduces
+// (kLlCombineAll), or one of the two (the hooks' parts).
+struct LlCombineItems {
+  int64_t slices, own_sends, sends, first, end;
+  __host__ __device__ int64_t count() const { return end - first; }
+};
+__host__ __device__ inline LlCombineItems ll_combine_items(const LowLatencyParams& p) {
+  LlCombineItems c{};
+  c.slices = p.layout.ll_slices;
+  // kLlCombineAll sums this rank's part of its own tokens in place: no send items for them.
+  c.own_sends = p.combine_phase == kLlCombineAll ? p.info.max_tokens * c.slices : 0;
+  c.sends = static_cast<int64_t>(p.info.world_size) * p.info.max_tokens * c.slices - c.own_sends;
+  c.first = p.combine_phase == kLlCombineReceive ? c.sends : 0;
+  c.end = p.combine_phase == kLlCombineSend ? c.sends : c.sends + p.num_tokens * c.slices;
+  return c;
+}
+
 template <typename F, bool kOwnInPlace>
 __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm)
     ll_combine_kernel(LowLatencyParams p) {
@@ -125,15 +145,18 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
   const int hidden = info.hidden;
   const int k_slots = info.topk;
   // Work items are slices of rows (Policy::kDispatchSliceElems elements), so a token's send and
-  // its reduce spread over several warps: sends [0, W*Tmax*slices), reduces [that, + T*slices).
-  const int64_t slices = p.layout.ll_slices;
+  // its reduce spread over several warps (ll_combine_items). Every launch counts its tickets
+  // from 0 and its last warp resets them, so the two parts of a hooked combine, one after the
+  // other on the op's order, each start from 0.
+  const LlCombineItems items = ll_combine_items(p);
+  const int64_t slices = items.slices;
   const int64_t slice_elems = Policy::kDispatchSliceElems;
-  const int64_t sends = static_cast<int64_t>(info.world_size) * info.max_tokens * slices;
-  // This launch's items: the sends and the reduces, or one of the two ranges. Every launch counts
-  // its tickets from 0 and its last warp resets them, so the two parts of a hooked combine, one
-  // after the other on the op's order, each start from 0.
-  const int64_t first = p.combine_phase == kLlCombineReceive ? sends : 0;
-  const int64_t end = p.combine_phase == kLlCombineSend ? sends : sends + p.num_tokens * slices;
+  const int64_t sends = items.sends;
+  const int64_t first = items.first;
+  const int64_t end = items.end;
+  // In place, the send items skip this rank's own rows: [own_first, + own_sends) of the
+  // candidates (v22 took a ticket for each and skipped it, all of them at world size 1).
+  const int64_t own_first = static_cast<int64_t>(info.rank) * info.max_tokens * slices;
   // The step of the dispatch whose rows these are: its flags say which tokens came here.
   const uint64_t dispatch_step = p.state->dispatch_step;
   const ReduceArgs reduce{self, p.layout, hidden, info.rank, p.out, tag, p.timeout_ns, p.err};
@@ -143,13 +166,14 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
     const int64_t item = first + take_ticket(&p.tickets[0], c.lane);
     if (item >= end) break;
     const bool send = item < sends;
-    const int64_t row_item = (send ? item : item - sends) / slices;
-    const int64_t slice = (send ? item : item - sends) - row_item * slices;
+    const int64_t index =
+        send ? (kOwnInPlace && item >= own_first ? item + items.own_sends : item) : item - sends;
+    const int64_t row_item = index / slices;
+    const int64_t slice = index - row_item * slices;
     const int64_t begin = slice * slice_elems;
     const int64_t stop = begin + slice_elems < hidden ? begin + slice_elems : hidden;
     if (send) {
       const int s = static_cast<int>(row_item / info.max_tokens);
-      if (kOwnInPlace && s == info.rank) continue;
       const int64_t t = row_item - static_cast<int64_t>(s) * info.max_tokens;
       const uint64_t flag =
           __ldcg(reinterpret_cast<const uint64_t*>(self + p.layout.ll_flag_offset(s, t)));

@@ -18,9 +18,10 @@ cudaError_t launch_validate(const ValidateParams& p, int max_blocks, cudaStream_
 cudaError_t launch_notify(const NotifyParams& p, int max_blocks, cudaStream_t stream) {
   const int world = p.info.world_size;
   const size_t smem = sizeof(int) * std::max(p.info.experts_per_rank, world * world);
-  // One block per ticket at most (W senders + 1 receiver); fewer take several tickets each.
-  // Several nodes launch the senders (W tickets) and the receiver (one block) apart.
-  const int tickets = p.phase == kNotifyAll ? world + 1 : p.phase == kNotifySend ? world : 1;
+  // One block per ticket at most (W x parts senders + 1 receiver); fewer take several tickets
+  // each. Several nodes launch the senders and the receiver (one block) apart.
+  const int senders = world * notify_parts(p.num_tokens);
+  const int tickets = p.phase == kNotifyAll ? senders + 1 : p.phase == kNotifySend ? senders : 1;
   const int blocks = std::clamp(tickets, 1, max_blocks);
   return launch_following(notify_kernel, dim3(blocks), dim3(Policy::kNotifyThreads), smem, stream,
                           p);

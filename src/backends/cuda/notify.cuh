@@ -2,12 +2,14 @@
 // validate (before the step agreement): range of expert ids always, duplicates and non-finite
 // inputs in validation mode; a failure sets the error flag, which the step kernel turns into
 // this rank's rejection of the call.
-// notify (after it): blocks take tickets. Ticket d < W scans the tokens for destination d
-// (canonical positions by block scan) and stores {step, rows s->d} into every peer's counts
-// table and {step, rows naming local expert e} into d's expert table. Ticket W, handed out only
-// after every sender ticket was taken by a running block, waits (bounded) for every rank's words
-// and derives this rank's send offsets, receive total and per-local-expert counts. So the kernel
-// finishes with any number of its blocks resident.
+// notify (after it): blocks take tickets. Ticket (d, part) scans part `part` of the tokens for
+// destination d (canonical positions by block scan, plus the rows of the parts before it by
+// look-back; one part above 32768 tokens), and the last of d's parts to finish stores
+// {step, rows s->d} into every peer's counts table and {step, rows naming local expert e} into
+// d's expert table. The last ticket, handed out only after every sender ticket was taken by a
+// running block, waits (bounded) for every rank's words and derives this rank's send offsets,
+// receive total and per-local-expert counts. So the kernel finishes with any number of its
+// blocks resident.
 #pragma once
 
 #include <cub/block/block_scan.cuh>
@@ -55,10 +57,8 @@ __global__ void validate_kernel(ValidateParams p) {
   }
 }
 
-// Tokens per thread and chunk of notify_send, in the blocked arrangement of its scan (thread i:
-// tokens 4i .. 4i + 3 of the chunk): a chunk covers 4 x 1024 tokens, so a 4096-token dispatch
-// scans once per destination.
-inline constexpr int kNotifyTokensPerThread = 4;
+// notify_send's scan: kNotifyTokensPerThread tokens a thread in the blocked arrangement (thread
+// i: tokens 4i .. 4i + 3 of the chunk), kNotifyChunkTokens a chunk (launch.h).
 
 // A token's flag for destination d (1 when one of its slots names an expert of d, whose range
 // is [first, first + experts_per_rank): a range test, no division), counting each expert it
@@ -80,39 +80,44 @@ __device__ __forceinline__ int notify_token_wide(const int32_t* slots, int topk,
   return flag;
 }
 
-// The same for top-k <= 32, a warp at a time: the warp owns the chunk's tokens [128w, 128w + 128)
-// and takes them G = 32 / P at a time, P = top-k rounded up to a power of two, lane l holding
-// slot l % P of token l / P: neighbouring lanes read neighbouring slots (topk_idx is read once,
-// in whole lines, 8 passes' loads in flight at once). A slot repeating an earlier slot of its
-// token is found by P - 1 shuffles within the token's lanes; lane 0 of each token writes the
-// token's flag to warp_flags[token] (shared, one byte a token), which the lanes then read back
-// blocked. Passes past the last token are skipped. (v22: with __match_any_sync for the repeats
-// and every pass run, notify took 59.6 us under ncu at 4096 tokens against v21's 34.9, and a
-// 128-token dispatch 68 us against 31; with shuffles, a runtime P and a flag loop per pass, 42.6
-// us and 41 us.)
+// The same for top-k <= 32, a pass at a time: a pass takes G = 32 / P tokens of the chunk, P =
+// top-k rounded up to a power of two, lane l holding slot l % P of token l / P: neighbouring
+// lanes read neighbouring slots (topk_idx is read once, in whole lines). Pass i goes to warp
+// i % warps, each warp with up to 8 passes' loads in flight, so a short chunk is spread over the
+// block (v22 run 3 gave each warp 128 consecutive tokens: at 128 tokens one warp ran all 32
+// passes, and notify took 15.6 us under ncu against 12.2 for v21's thread per token). A slot
+// repeating an earlier slot of its token is found by P - 1 shuffles within the token's lanes;
+// lane 0 of each token writes the token's flag to chunk_flags[token] (shared, a byte a token).
+// (v22: with __match_any_sync for the repeats and every pass run, notify took 59.6 us at 4096
+// tokens; with a runtime P, 42.6; with P a template parameter, 22.7; v21's thread per token 34.7.)
 template <int P>
-__device__ __forceinline__ void notify_flags_by_warp(const NotifyParams& p, int warp_first,
+__device__ __forceinline__ void notify_flags_by_pass(const NotifyParams& p, int base, int end,
                                                      int32_t first, int* expert_count,
-                                                     uint8_t* warp_flags) {
+                                                     uint8_t* chunk_flags) {
   constexpr int kTokensPerPass = 32 / P;  // G
-  constexpr int kPasses = 32 * kNotifyTokensPerThread / kTokensPerPass;
-  constexpr int kBatch = kPasses < 8 ? kPasses : 8;
+  constexpr int kBatch = 8;
   constexpr unsigned kGroupMask = P >= 32 ? ~0u : (1u << P) - 1u;  // a token's lanes, at g = 0
   const RankInfo& info = p.info;
   const int lane = static_cast<int>(threadIdx.x) & 31;
+  const int warp = static_cast<int>(threadIdx.x) >> 5;
+  const int warps = static_cast<int>(blockDim.x) >> 5;
   const int g = lane / P, k = lane % P;
-  for (int pass0 = 0; pass0 < kPasses; pass0 += kBatch) {
-    if (warp_first + pass0 * kTokensPerPass >= p.num_tokens) break;  // warp-uniform
+  const int chunk_tokens = end - base;  // <= kNotifyChunkTokens
+  const int passes = (chunk_tokens + kTokensPerPass - 1) / kTokensPerPass;
+  for (int pass0 = warp; pass0 < passes; pass0 += warps * kBatch) {  // warp-uniform
     int32_t e[kBatch];
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
-      const int t = warp_first + (pass0 + b) * kTokensPerPass + g;
-      e[b] = k < info.topk && t < p.num_tokens
+      const int pass = pass0 + b * warps;
+      const int t = base + pass * kTokensPerPass + g;
+      e[b] = pass < passes && k < info.topk && t < end
                  ? __ldg(p.topk_idx + static_cast<int64_t>(t) * info.topk + k)
                  : -1;
     }
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
+      const int pass = pass0 + b * warps;
+      if (pass >= passes) break;  // warp-uniform
       const int32_t local = e[b] - first;
       const bool mine = e[b] >= 0 && local >= 0 && local < info.experts_per_rank;
       // Lane k of a token compares its expert with slots 0 .. k - 1 of the same token; the first
@@ -126,93 +131,52 @@ __device__ __forceinline__ void notify_flags_by_warp(const NotifyParams& p, int 
       if (mine && !repeated) atomicAdd(&expert_count[local], 1);
       const unsigned named = __ballot_sync(0xffffffffu, mine);
       if (k == 0) {
-        warp_flags[(pass0 + b) * kTokensPerPass + g] =
-            ((named >> (g * P)) & kGroupMask) != 0 ? 1 : 0;
+        chunk_flags[pass * kTokensPerPass + g] = ((named >> (g * P)) & kGroupMask) != 0 ? 1 : 0;
       }
     }
   }
-  __syncwarp();
 }
 
-// The flags of a chunk's tokens for top-k <= 32 (notify_flags_by_warp with P = top-k rounded up
-// to a power of two); thread i gets tokens 4i .. 4i + 3, 0 past the last token.
-__device__ __forceinline__ void notify_flags_narrow(const NotifyParams& p, int base, int32_t first,
-                                                    int* expert_count, uint8_t* chunk_flags,
+// The flags of a chunk's tokens [base, end) for top-k <= 32 (notify_flags_by_pass with P = top-k
+// rounded up to a power of two); thread i gets tokens base + 4i .. + 3, 0 from `end` on.
+__device__ __forceinline__ void notify_flags_narrow(const NotifyParams& p, int base, int end,
+                                                    int32_t first, int* expert_count,
+                                                    uint8_t* chunk_flags,
                                                     int (&flag)[kNotifyTokensPerThread]) {
-  const int warp = static_cast<int>(threadIdx.x) >> 5;
-  const int warp_tokens = 32 * kNotifyTokensPerThread;
-  const int warp_first = base + warp * warp_tokens;
-  uint8_t* warp_flags = chunk_flags + warp * warp_tokens;
   const int topk = p.info.topk;
   if (topk <= 1) {
-    notify_flags_by_warp<1>(p, warp_first, first, expert_count, warp_flags);
+    notify_flags_by_pass<1>(p, base, end, first, expert_count, chunk_flags);
   } else if (topk <= 2) {
-    notify_flags_by_warp<2>(p, warp_first, first, expert_count, warp_flags);
+    notify_flags_by_pass<2>(p, base, end, first, expert_count, chunk_flags);
   } else if (topk <= 4) {
-    notify_flags_by_warp<4>(p, warp_first, first, expert_count, warp_flags);
+    notify_flags_by_pass<4>(p, base, end, first, expert_count, chunk_flags);
   } else if (topk <= 8) {
-    notify_flags_by_warp<8>(p, warp_first, first, expert_count, warp_flags);
+    notify_flags_by_pass<8>(p, base, end, first, expert_count, chunk_flags);
   } else if (topk <= 16) {
-    notify_flags_by_warp<16>(p, warp_first, first, expert_count, warp_flags);
+    notify_flags_by_pass<16>(p, base, end, first, expert_count, chunk_flags);
   } else {
-    notify_flags_by_warp<32>(p, warp_first, first, expert_count, warp_flags);
+    notify_flags_by_pass<32>(p, base, end, first, expert_count, chunk_flags);
   }
-  const int lane = static_cast<int>(threadIdx.x) & 31;
-  const uint32_t mine =
-      reinterpret_cast<const uint32_t*>(warp_flags)[lane];  // tokens 4 lane .. 4 lane + 3
+  __syncthreads();  // every pass's flags are written
+  // Tokens 4i .. 4i + 3 of the chunk, one byte each.
+  const uint32_t mine = reinterpret_cast<const uint32_t*>(chunk_flags)[threadIdx.x];
   const int t0 = base + static_cast<int>(threadIdx.x) * kNotifyTokensPerThread;
 #pragma unroll
   for (int j = 0; j < kNotifyTokensPerThread; ++j) {
-    flag[j] = t0 + j < p.num_tokens ? static_cast<int>((mine >> (8 * j)) & 1u) : 0;
+    flag[j] = t0 + j < end ? static_cast<int>((mine >> (8 * j)) & 1u) : 0;
   }
 }
 
-// Block d: canonical positions of the tokens sent to d, and the messages for d. Thread i holds
-// the flags of the chunk's tokens 4i .. 4i + 3 (blocked), so one block scan of 4 items per
-// thread gives every token's position in token order.
-__device__ void notify_send(const NotifyParams& p, int dest, int* expert_count) {
-  constexpr int kItems = kNotifyTokensPerThread;
-  using Scan = cub::BlockScan<int, Policy::kNotifyThreads>;
-  __shared__ typename Scan::TempStorage scan_storage;
-  // One byte a token of the chunk (notify_flags_narrow), read as a word of 4 by each thread.
-  __shared__ uint32_t chunk_flag_words[Policy::kNotifyThreads];
-  auto* chunk_flags = reinterpret_cast<uint8_t*>(chunk_flag_words);
+// This rank's words for destination d: {step, rows s->d} into every peer's counts table and
+// {step, rows naming local expert e} into d's expert table (relaxed 64-bit stores: the words
+// carry their own step, so they order nothing else). With several nodes only this node's ranks
+// are stored into (this rank's own row included, which the transport then carries to the other
+// nodes' ranks); the expert words for another node's rank wait in remote_experts.
+__device__ void notify_publish(const NotifyParams& p, int dest, int rows, const int* expert_count) {
   const RankInfo& info = p.info;
-  for (int e = threadIdx.x; e < info.experts_per_rank; e += blockDim.x) expert_count[e] = 0;
-  __syncthreads();
-  const int32_t first = dest * info.experts_per_rank;
-  int running = 0;
-  for (int base = 0; base < p.num_tokens; base += Policy::kNotifyThreads * kItems) {
-    const int t0 = base + static_cast<int>(threadIdx.x) * kItems;
-    int flag[kItems], prefix[kItems];
-    if (info.topk <= 32) {
-      notify_flags_narrow(p, base, first, expert_count, chunk_flags, flag);
-    } else {
-#pragma unroll
-      for (int j = 0; j < kItems; ++j) {
-        flag[j] = t0 + j < p.num_tokens
-                      ? notify_token_wide(p.topk_idx + static_cast<int64_t>(t0 + j) * info.topk,
-                                          info.topk, first, info.experts_per_rank, expert_count)
-                      : 0;
-      }
-    }
-    int chunk_total = 0;
-    Scan(scan_storage).ExclusiveSum(flag, prefix, chunk_total);
-#pragma unroll
-    for (int j = 0; j < kItems; ++j) {
-      if (t0 + j < p.num_tokens) {
-        p.pos[static_cast<int64_t>(dest) * info.max_tokens + t0 + j] =
-            flag[j] ? running + prefix[j] : -1;
-      }
-    }
-    running += chunk_total;
-    __syncthreads();  // scan_storage is reused
-  }
   const uint64_t tag = p.step << 32;
-  const uint64_t count_word = tag | static_cast<uint32_t>(running);
+  const uint64_t count_word = tag | static_cast<uint32_t>(rows);
   const int parity = static_cast<int>(p.step & 1);
-  // With several nodes only this node's ranks are stored into (this rank's own row included,
-  // which the transport then carries to the other nodes' ranks).
   const int first_peer = p.nodes.first_rank();
   const int last_peer = first_peer + p.nodes.node_size;
   for (int peer = first_peer + threadIdx.x; peer < last_peer; peer += blockDim.x) {
@@ -231,7 +195,126 @@ __device__ void notify_send(const NotifyParams& p, int dest, int* expert_count) 
       p.remote_experts[static_cast<int64_t>(dest) * info.experts_per_rank + e] = word;
     }
   }
-  __syncthreads();  // expert_count is reused by this block's next ticket
+}
+
+// Part `part` of destination d's scan: the rows sent to d before this part's tokens, found by
+// decoupled look-back over the parts below it. Thread 0 first stores this part's own row count
+// (the inclusive prefix at once for part 0), then adds up the earlier parts' words from the
+// nearest down, stopping at the first inclusive prefix, and stores its own inclusive prefix.
+// A part waits only on parts with lower tickets, taken by running blocks that store their count
+// before they wait, so no wait depends on a block that is not resident. The words carry the
+// step (a word of an earlier call is not one of this call's).
+__device__ int notify_part_prefix(const NotifyParams& p, int dest, int part, int rows) {
+  __shared__ int exclusive;
+  if (threadIdx.x == 0) {
+    uint64_t* words = p.part_words + static_cast<int64_t>(dest) * kNotifyMaxParts;
+    const uint64_t tag = p.step << 32;
+    int sum = 0;
+    if (part == 0) {
+      st_relaxed_sys(words, tag | kNotifyPartInclusive | static_cast<uint32_t>(rows));
+    } else {
+      st_relaxed_sys(words + part, tag | static_cast<uint32_t>(rows));
+      for (int j = part - 1; j >= 0; --j) {
+        uint64_t word = 0;
+        if (!wait_tagged<false>(words + j, 32, p.step, p.timeout_ns, p.err, kPhaseNotify,
+                                p.info.rank, p.info.rank, &word)) {
+          break;  // reported: the call fails on every rank
+        }
+        sum += static_cast<int>(word & kNotifyPartValueMask);
+        if ((word & kNotifyPartInclusive) != 0) break;
+      }
+      st_relaxed_sys(words + part, tag | kNotifyPartInclusive | static_cast<uint32_t>(sum + rows));
+    }
+    exclusive = sum;
+  }
+  __syncthreads();
+  const int result = exclusive;
+  __syncthreads();  // `exclusive` is reused by this block's next ticket
+  return result;
+}
+
+// Ticket (d, part): canonical positions of part `part` of the tokens (notify_part_range), as
+// sent to d, and, from the last of d's parts to finish, the words for d. Thread i holds the
+// flags of a chunk's tokens 4i .. 4i + 3 (blocked), so one block scan of 4 items per thread
+// gives every token's position in token order within the chunk. With several parts (at most one
+// chunk each), the rows before the part come from notify_part_prefix, and each part adds its
+// per-expert counts and rows into part_sums[d]; the last part to finish takes them (resetting
+// them to 0) and publishes.
+__device__ void notify_send(const NotifyParams& p, int dest, int part, int parts,
+                            int* expert_count) {
+  constexpr int kItems = kNotifyTokensPerThread;
+  using Scan = cub::BlockScan<int, Policy::kNotifyThreads>;
+  __shared__ typename Scan::TempStorage scan_storage;
+  // One byte a token of the chunk (notify_flags_narrow), read as a word of 4 by each thread.
+  __shared__ uint32_t chunk_flag_words[Policy::kNotifyThreads];
+  __shared__ bool last_part;
+  __shared__ int total_rows;
+  auto* chunk_flags = reinterpret_cast<uint8_t*>(chunk_flag_words);
+  const RankInfo& info = p.info;
+  for (int e = threadIdx.x; e < info.experts_per_rank; e += blockDim.x) expert_count[e] = 0;
+  __syncthreads();
+  const int32_t first = dest * info.experts_per_rank;
+  const NotifyPartRange range = notify_part_range(p.num_tokens, parts, part);
+  int running = 0;
+  for (int base = range.begin; base < range.end; base += kNotifyChunkTokens) {
+    const int end = min(range.end, base + kNotifyChunkTokens);
+    const int t0 = base + static_cast<int>(threadIdx.x) * kItems;
+    int flag[kItems], prefix[kItems];
+    if (info.topk <= 32) {
+      notify_flags_narrow(p, base, end, first, expert_count, chunk_flags, flag);
+    } else {
+#pragma unroll
+      for (int j = 0; j < kItems; ++j) {
+        flag[j] = t0 + j < end
+                      ? notify_token_wide(p.topk_idx + static_cast<int64_t>(t0 + j) * info.topk,
+                                          info.topk, first, info.experts_per_rank, expert_count)
+                      : 0;
+      }
+    }
+    int chunk_total = 0;
+    Scan(scan_storage).ExclusiveSum(flag, prefix, chunk_total);
+    // Several parts: one chunk each, so the part's rows are chunk_total.
+    const int before = parts > 1 ? notify_part_prefix(p, dest, part, chunk_total) : running;
+#pragma unroll
+    for (int j = 0; j < kItems; ++j) {
+      if (t0 + j < end) {
+        p.pos[static_cast<int64_t>(dest) * info.max_tokens + t0 + j] =
+            flag[j] ? before + prefix[j] : -1;
+      }
+    }
+    running += chunk_total;
+    __syncthreads();  // scan_storage is reused
+  }
+  // An empty part (not made by notify_part_range for a part count from notify_parts, but a later
+  // part must not wait for it): its words all the same.
+  if (parts > 1 && range.begin >= range.end) notify_part_prefix(p, dest, part, 0);
+  if (parts == 1) {
+    notify_publish(p, dest, running, expert_count);
+    __syncthreads();  // expert_count is reused by this block's next ticket
+    return;
+  }
+  int* sums = p.part_sums + static_cast<int64_t>(dest) * (info.experts_per_rank + 1);
+  for (int e = threadIdx.x; e < info.experts_per_rank; e += blockDim.x) {
+    if (expert_count[e] != 0) atomicAdd(sums + e, expert_count[e]);
+  }
+  if (threadIdx.x == 0 && running != 0) atomicAdd(sums + info.experts_per_rank, running);
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) last_part = atomicAdd(p.parts_done + dest, 1u) == parts - 1u;
+  __syncthreads();
+  if (last_part) {
+    __threadfence();  // every part's sums are in
+    for (int e = threadIdx.x; e < info.experts_per_rank; e += blockDim.x) {
+      expert_count[e] = atomicExch(sums + e, 0);
+    }
+    if (threadIdx.x == 0) {
+      total_rows = atomicExch(sums + info.experts_per_rank, 0);
+      p.parts_done[dest] = 0;
+    }
+    __syncthreads();
+    notify_publish(p, dest, total_rows, expert_count);
+  }
+  __syncthreads();  // expert_count and the flags above are reused by this block's next ticket
 }
 
 // Ticket W: wait for every word addressed to this rank, then derive the layout.
@@ -279,6 +362,9 @@ __device__ void notify_receive(const NotifyParams& p, int* counts /* [W*W] */) {
     }
   }
   if (threadIdx.x == 0) {
+    if (p.recv_from_self != nullptr) {
+      *p.recv_from_self = counts[info.rank * world + info.rank];
+    }
     int64_t num_recv = 0;
     for (int src = 0; src < world; ++src) num_recv += counts[src * world + info.rank];
     *reinterpret_cast<volatile int64_t*>(p.host_num_recv) = num_recv;
@@ -296,8 +382,12 @@ __global__ void __launch_bounds__(Policy::kNotifyThreads) notify_kernel(NotifyPa
     return;
   }
   const unsigned int world = static_cast<unsigned int>(p.info.world_size);
-  // kNotifySend hands out the sender tickets only; the receive runs in its own launch.
-  const unsigned int last = p.phase == kNotifySend ? world - 1 : world;
+  // Sender tickets (d, part) = d * parts + part, then the receiver's: tickets of lower parts go
+  // first, so a part's look-back waits only on running blocks. kNotifySend hands out the sender
+  // tickets only; the receive runs in its own launch.
+  const int parts = notify_parts(p.num_tokens);
+  const unsigned int senders = world * static_cast<unsigned int>(parts);
+  const unsigned int last = p.phase == kNotifySend ? senders - 1 : senders;
   __shared__ unsigned int ticket;
   while (true) {
     if (threadIdx.x == 0) ticket = atomicAdd(&p.tickets[0], 1u);
@@ -305,8 +395,8 @@ __global__ void __launch_bounds__(Policy::kNotifyThreads) notify_kernel(NotifyPa
     const unsigned int t = ticket;
     __syncthreads();
     if (t > last) break;
-    if (t < world) {
-      notify_send(p, static_cast<int>(t), notify_smem);
+    if (t < senders) {
+      notify_send(p, static_cast<int>(t) / parts, static_cast<int>(t) % parts, parts, notify_smem);
     } else {
       notify_receive(p, notify_smem);
     }
