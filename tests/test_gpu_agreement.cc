@@ -5,8 +5,8 @@
 // raised on the other ranks at their next entry; creations agree before anything collective (a
 // rejected configuration fails every rank at once, the next creation works; several nodes are
 // rejected on every rank; different
-// configurations fail after the bound naming the field); a rank that never joins gives Timeout,
-// not a hang. MOE_EP_TIMEOUT_S is 4 s in this binary.
+// configurations fail after the bound naming the field, and a rank that arrives after its peer
+// left the creation fails at once, naming it); a rank that never joins gives Timeout, not a hang. MOE_EP_TIMEOUT_S is 4 s in this binary.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -329,6 +329,42 @@ TEST_F(GpuAgreement, DifferentConfigurationsFailAfterTheBoundNamingTheField) {
     expect_error(outcomes[r], ErrorCode::kInvalidArgument,
                  {"configuration differs between ranks", "hidden=512 on rank 1"}, r);
   }
+}
+
+// A rank that joins a creation after its peer has given up on it and started its next one: the
+// peer's slot already holds the next attempt, and it keeps the abandoned one beside it. The late
+// rank is judged by that one at once, naming the field that differed there (v23 run A: it waited
+// out its bound and named the next creation's instance_id); then both create the same op.
+TEST_F(GpuAgreement, APeerPastTheCreationIsJudgedAtOnceByItsAttemptThere) {
+  const int world_size = 2;
+  const OpConfig c = small_config(world_size);
+  std::vector<RankOutcome> first(world_size);
+  std::vector<double> seconds(world_size);
+  std::vector<RoundResult> after =
+      testing::make_round_results(world_size, {inputs_for(c, world_size, 12)});
+  auto comms = make_single_gpu_world(world_size);
+  testing::run_world(comms, [&](int rank, const std::shared_ptr<Communicator>& comm) {
+    OpConfig mine = c;
+    mine.instance_id = 7;  // nothing made next pairs with it
+    mine.hidden = rank == 1 ? 512 : 256;
+    // Past rank 0's bound (4 s): rank 0 has timed out and is waiting in its next creation.
+    if (rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(5000));
+    const auto start = std::chrono::steady_clock::now();
+    first[rank] = testing::outcome_of([&] { create_op(comm, mine); });
+    seconds[rank] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    auto op = testing::kept_op(comm, c);
+    TestStream stream;
+    testing::gpu_round(*op, rank, world_size, after[0], {stream.s, stream.s});
+  });
+  expect_error(first[0], ErrorCode::kTimeout,
+               {"create_op: rank 0 timed out after 4 s", "rank 1 has not joined"}, 0);
+  expect_error(first[1], ErrorCode::kInvalidArgument,
+               {"configuration differs between ranks: hidden=256 on rank 0, hidden=512 on rank 1",
+                "rank 1 found ranks [0] past this creation",
+                "rank 0 left this creation, made with another configuration"},
+               1);
+  EXPECT_LT(seconds[1], 2.0) << "rank 1 waited for a match that could not come";
+  check_round(c, world_size, after[0]);
 }
 
 TEST_F(GpuAgreement, RankThatNeverJoinsGivesTimeoutNotAHang) {

@@ -64,6 +64,10 @@ void rendezvous(CudaComm& comm, const ConfigValues& values, const std::string& r
   std::copy(values.begin(), values.end(), p.config);
   p.my_reason = reason.device();
   for (int q = 0; q < world; ++q) p.seen[q] = std::max(ledger.seen[q], ledger.failed_round);
+  p.prev_tag = ledger.last_tag;
+  std::copy(ledger.last_values.begin(), ledger.last_values.end(), p.prev_config);
+  ledger.last_tag = p.tag;
+  ledger.last_values = values;
   p.timeout_ns = timeout_ns();
   p.outcome = outcome.device();
   p.domain_size = comm.domain_size();
@@ -76,6 +80,8 @@ void rendezvous(CudaComm& comm, const ConfigValues& values, const std::string& r
     slot.tag = p.tag;
     slot.reject_attempt = p.reject_attempt;
     std::copy(std::begin(p.config), std::end(p.config), slot.config);
+    slot.prev_tag = p.prev_tag;
+    std::copy(std::begin(p.prev_config), std::end(p.prev_config), slot.prev_config);
     if (rejecting) fill_reason(slot.reason, rejection);
     MOE_EP_CUDA_CHECK(cudaMemcpyAsync(ledger.slot_out->get(), &slot, sizeof(slot),
                                       cudaMemcpyHostToDevice, stream));
@@ -130,28 +136,40 @@ void rendezvous(CudaComm& comm, const ConfigValues& values, const std::string& r
         difference.empty() ? "" : " (" + difference + ")", ": ", reason_text(o.reason)));
   }
   std::string missing, doing, first_difference;
-  bool all_elsewhere = true;
+  bool all_elsewhere = true, timed_out = false;
   int num_missing = 0;
   for (int q = 0; q < world; ++q) {
     if (o.status[q] == kCreateMatched) continue;
     ++num_missing;
     missing += (missing.empty() ? "" : ", ") + std::to_string(q);
+    timed_out = timed_out || o.status[q] == kCreateTimedOut;
+    // A peer past this round (kCreatePeerLeft) is reported by its attempt of this round.
+    const bool left = o.status[q] == kCreatePeerLeft;
     const bool creating = (o.tag[q] & 3) == kCreateJoining && (o.tag[q] >> 2) > 0;
     const std::string difference = first_config_difference(values_of(o.config[q]), q, values, rank);
     if (creating && !difference.empty()) {
       if (first_difference.empty()) first_difference = difference;
-      doing += detail::concat("; rank ", q, "'s latest creation is another configuration (",
-                              difference, ")");
+      doing += left ? detail::concat("; rank ", q,
+                                     " left this creation, made with another configuration (",
+                                     difference, ")")
+                    : detail::concat("; rank ", q, "'s latest creation is another configuration (",
+                                     difference, ")");
     } else {
       all_elsewhere = false;
-      doing += detail::concat("; rank ", q, " has not joined");
+      doing += left ? detail::concat("; rank ", q, " left this creation without a match (it failed",
+                                     " there, e.g. waiting for another rank)")
+                    : detail::concat("; rank ", q, " has not joined");
     }
   }
   if (num_missing == 0) return;
   const std::string waited =
-      detail::concat("create_op: rank ", rank, " timed out after ", Knobs::get().timeout_s,
-                     " s waiting for ranks [", missing, "] to create the same op (expected ", world,
-                     " arrivals, seen ", world - num_missing, ")");
+      timed_out
+          ? detail::concat("create_op: rank ", rank, " timed out after ", Knobs::get().timeout_s,
+                           " s waiting for ranks [", missing, "] to create the same op (expected ",
+                           world, " arrivals, seen ", world - num_missing, ")")
+          : detail::concat("create_op: rank ", rank, " found ranks [", missing,
+                           "] past this creation (expected ", world, " arrivals, seen ",
+                           world - num_missing, ")");
   if (all_elsewhere) {
     throw InvalidArgument(detail::concat("configuration differs between ranks: ", first_difference,
                                          " (", waited, doing, ")"));

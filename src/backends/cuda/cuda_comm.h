@@ -44,6 +44,11 @@ struct CreateSlot {
   uint64_t reject_attempt;  // the attempt of its latest rejection, 0 when none
   int64_t config[kNumConfigFields];
   StepReason reason;
+  // The rank's attempt before this one, as it was: a peer still in that round when this rank has
+  // already left it (it timed out there) judges the round by it instead of waiting for a match
+  // that cannot come (the round's configuration is no longer in `config`).
+  uint64_t prev_tag;
+  int64_t prev_config[kNumConfigFields];
 };
 inline constexpr uint64_t kCreateJoining = 1;
 inline constexpr uint64_t kCreateRejected = 2;
@@ -66,6 +71,10 @@ struct CreateLedger {
   // rank: a peer's join from that round or earlier is void, even if this rank never saw it (it
   // may be posted after this rank left the round).
   uint64_t failed_round = 0;
+  // This rank's latest attempt (tag and configuration), which its next attempt's slot carries
+  // as the previous one (CreateSlot::prev_tag).
+  uint64_t last_tag = 0;
+  ConfigValues last_values{};
   std::unique_ptr<HostMapped<CreateOutcome>> outcome;
   std::unique_ptr<HostMapped<StepReason>> reason;
   std::unique_ptr<Stream> stream;

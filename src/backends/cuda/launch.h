@@ -257,6 +257,7 @@ enum CreateStatus : int32_t {
   kCreateMatched = 1,
   kCreatePeerRejected = 2,
   kCreateTimedOut = 3,
+  kCreatePeerLeft = 4,  // the peer is past this round: its attempt of it did not match
 };
 
 struct CreateParams {
@@ -268,6 +269,8 @@ struct CreateParams {
   int64_t config[kNumConfigFields];
   const StepReason* my_reason;  // mapped host memory, when rejecting
   uint64_t seen[Policy::kMaxPeers];
+  uint64_t prev_tag;  // this rank's previous attempt (CreateSlot::prev_tag), 0 when none
+  int64_t prev_config[kNumConfigFields];
   uint64_t timeout_ns;
   CreateOutcome* outcome;  // mapped host memory
   // Several domains (CudaComm::domain_size): the control area reaches only this rank's domain;
