@@ -280,7 +280,7 @@ TEST_F(GpuAgreement, RejectedCreationFailsEveryRankAtOnceAndTheNextWorks) {
 // The same with rank 1 late: ranks 0 and 2 have left the rejected round (and posted their next
 // attempt) before rank 1 posts its join to it. That stale join must not count for their next
 // creation, nor their next attempts for rank 1's rejected round: before the fix the creation
-// rendezvous paired rounds one apart and every rank timed out (docs/perf-notes.md, v17). Rank
+// rendezvous paired rounds one apart and every rank timed out (docs/perf-history.md, v17). Rank
 // 1's message may lack the differing field (rank 2's slot may already hold its next attempt).
 TEST_F(GpuAgreement, RejectedCreationWithALateRankFailsEveryRankAndTheNextWorks) {
   const RejectedCreation got = rejected_creation_then_round(10, /*late=*/1);

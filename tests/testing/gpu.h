@@ -48,7 +48,7 @@ namespace moe_ep::testing {
 // (until it wraps around) instead of on another rank's. With all 32 queues in the pool, the
 // captured two-micro-batch round (GpuLowLatencyHooksGraph) stalled in its first replay in 2 of
 // 3 runs on an H200, one rank's graph starting only after the other's had timed out; with 24 it
-// passed 5 of 5 (docs/perf-notes.md, v15). That is evidence for the cause, not proof.
+// passed 5 of 5 (docs/perf-history.md, v15). That is evidence for the cause, not proof.
 // The library's own streams (one per communicator) only zero memory and run the creation
 // rendezvous, never while another rank's data kernels wait.
 inline constexpr int kStreamPool = 24;
@@ -136,7 +136,7 @@ inline cudaStream_t pooled_stream(int device, int index) {
 // staging needs page-locked memory can wait for the whole device (an implicit synchronisation
 // point), i.e. for a peer's kernel that waits for this rank: in v19's run 1 a W = 4 rank's
 // 60 KB upload returned only when its peers' step agreement had timed out, 30 s later
-// (docs/perf-notes.md, v20). So every test copy goes through these buffers, in chunks.
+// (docs/perf-history.md, v20). So every test copy goes through these buffers, in chunks.
 inline constexpr size_t kStagingBytes = size_t{4} << 20;
 
 inline char* staging_of(int device, int slot) {

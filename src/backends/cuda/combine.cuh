@@ -245,7 +245,7 @@ __device__ __forceinline__ void send_received_row(const CombineParams& p, int64_
 // kOwnInPlace (one node): this rank's rows of its own tokens are not sent to itself; each of
 // those tokens' reduce reads its row of y and encodes and decodes it in registers
 // (reduce_combine_range with OwnRowOfY), the same bits without the buffer's write and read, the
-// system fence and the flag (docs/perf-notes.md, v18). Those rows, [send_offset[rank],
+// system fence and the flag (docs/perf-history.md, v18). Those rows, [send_offset[rank],
 // + recv_from_self) of y (received rows are grouped by source), take no send ticket: the send
 // items are the other rows (at world size 1 none; v22 took a ticket and read the source of
 // each row to skip it). Several nodes: every row is sent (the node path sums elsewhere).

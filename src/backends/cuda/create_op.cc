@@ -116,7 +116,7 @@ void rendezvous(CudaComm& comm, const ConfigValues& values, const std::string& r
   const CreateOutcome& o = *outcome.host();
   // Every attempt seen up to this round is accounted for, whatever the outcome. A peer already
   // in a later round (its tag or rejection newer than this attempt) is not: that attempt belongs
-  // to the next round, which must still see it (docs/perf-notes.md, v17: accounting it made the
+  // to the next round, which must still see it (docs/perf-history.md, v17: accounting it made the
   // next round wait for the round after, and ranks slipped by one).
   for (int q = 0; q < world; ++q) {
     ledger.seen[q] = std::max(

@@ -65,7 +65,7 @@ void CudaOp::raise_device_error(const char* call, const StepVerdict* mine, bool 
   const std::string where = detail::concat(" (rank ", rank_, ", ", call, ")");
   if (e.code == kDevTimeout) {
     // Every rank that times out logs its table: a wait whose peer did store its word points at
-    // tables that disagree (docs/perf-notes.md, v17, the one-GPU world's stalls).
+    // tables that disagree (docs/perf-history.md, v17, the one-GPU world's stalls).
     MOE_EP_LOG(LogLevel::kWarn, describe_peers(), " (at the timeout of ", call, ")");
     poison_and_throw(Timeout(detail::concat(
         "timed out after ", Knobs::get().timeout_s, " s in ", phase_name(e.phase), ": rank ",

@@ -460,7 +460,7 @@ cudaError_t load_kernel(Kernel* kernel) {
 // allocation once every running kernel is done): in the single-GPU world the first rank to launch
 // the library's first kernel with a stack frame (dispatch_kernel's prequantized instantiations,
 // 8 bytes) waited, with the launches it had queued before it, for its peers' kernels, which were
-// waiting for it (docs/perf-notes.md, v20).
+// waiting for it (docs/perf-history.md, v20).
 bool reserve_local_memory(size_t bytes);
 
 // Loads every kernel of the library on the current device (load_kernel). With CUDA's

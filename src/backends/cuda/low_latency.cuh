@@ -140,7 +140,7 @@ __device__ __forceinline__ char* ll_message_out(const LowLatencyParams& p, int n
 }
 // kNodes: the op spans several nodes (p.nodes.several()); the one-node instantiation of the send
 // has none of the branches across nodes (they cost about 1 us per decode dispatch decided at run
-// time: docs/perf-notes.md, v20).
+// time: docs/perf-history.md, v20).
 template <bool kNodes>
 __device__ __forceinline__ bool ll_by_store(const LowLatencyParams& p, int d) {
   return !kNodes || p.nodes.same_node(d);

@@ -81,7 +81,7 @@ struct OwnSlotSum {
 // one kernel (kLlCombineAll): this rank's own part is not sent to itself; reduce_combine_range
 // computes it (OwnSlotSum) and encodes and decodes it in registers, the same bits a send to
 // itself would have stored and the reduce read back, without the store, the system fences, the
-// flag and the wait on it (docs/perf-notes.md, v18). The other ranks' rows are waited for and
+// flag and the wait on it (docs/perf-history.md, v18). The other ranks' rows are waited for and
 // added as in normal mode, all in ascending rank order. Returns false when a wait gave up.
 template <typename F>
 __device__ __forceinline__ bool ll_reduce_with_own_part(const LowLatencyParams& p,

@@ -1,7 +1,7 @@
 // Decode mode across nodes on the GPU (docs/multi-node.md, "Decode mode across nodes"): the
 // dispatch's and the combine's kernels, each call around one persistent exchange, all with fixed
 // shapes and no host wait, so that a CUDA graph can hold the whole call. Tested on one H200 in
-// the one-GPU world (tests/test_gpu_low_latency_nodes.cu; docs/perf-notes.md, v20).
+// the one-GPU world (tests/test_gpu_low_latency_nodes.cu; docs/perf-history.md, v20).
 // Dispatch:
 //   ll_node_step: the decode step agreed by stores with this node's ranks only (as ll_step does
 //                 with every rank on one node), without a verdict yet: when the node agreed
