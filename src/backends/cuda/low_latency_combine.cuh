@@ -210,6 +210,7 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
       }
       if (!done) break;
     }
+    if (item == end - 1) break;  // no item left: the ticket that would say so is skipped
   }
   // The last warp out resets the tickets for the next launch, which the op's order (stream or
   // graph) starts only after this one: the two parts of a hooked combine each count from 0. The
