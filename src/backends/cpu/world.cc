@@ -97,10 +97,52 @@ std::string WorldState::missing_report_locked(int rank, const Creation& c,
   return waited + doing;
 }
 
+void WorldState::record_attempt_locked(int rank, const std::optional<OpConfig>& config) {
+  RankState& me = ranks_[rank];
+  me.previous = me.latest;
+  me.latest = Attempt{me.attempts, config};
+}
+
+std::string WorldState::left_round_locked(int rank, const Creation& c, ErrorCode* code) const {
+  const uint64_t round = ranks_[rank].attempts;
+  std::string missing, doing, first_difference;
+  int num_left = 0;
+  for (int q = 0; q < world_size_; ++q) {
+    const RankState& other = ranks_[q];
+    if (q == rank || c.joined[q] || other.latest.number <= round ||
+        other.previous.number != round || !other.previous.config) {
+      continue;
+    }
+    ++num_left;
+    missing += (missing.empty() ? "" : ", ") + std::to_string(q);
+    const std::string difference =
+        first_config_difference(config_values(*other.previous.config, world_size_), q,
+                                config_values(c.config, world_size_), rank);
+    if (difference.empty()) {
+      doing += detail::concat("; rank ", q,
+                              " left this creation without a match (it failed there, e.g. ",
+                              "waiting for another rank)");
+    } else {
+      if (first_difference.empty()) first_difference = difference;
+      doing += detail::concat(
+          "; rank ", q, " left this creation, made with another configuration (", difference, ")");
+    }
+  }
+  if (num_left == 0) return {};
+  const std::string found = detail::concat("create_op: rank ", rank, " found ranks [", missing,
+                                           "] past this creation (expected ", world_size_,
+                                           " arrivals, seen ", c.num_joined + 1, ")");
+  *code = first_difference.empty() ? ErrorCode::kTimeout : ErrorCode::kInvalidArgument;
+  if (first_difference.empty()) return found + doing;
+  return detail::concat("configuration differs between ranks: ", first_difference, " (", found,
+                        doing, ")");
+}
+
 std::shared_ptr<OpShared> WorldState::join_create(int rank, const OpConfig& config) {
   std::unique_lock<std::mutex> lock(mu_);
   RankState& me = ranks_[rank];
   ++me.attempts;
+  record_attempt_locked(rank, config);
   const std::string key = config.describe();
   std::shared_ptr<Creation>& slot = open_[key];
   if (!slot) {
@@ -118,6 +160,17 @@ std::shared_ptr<OpShared> WorldState::join_create(int rank, const OpConfig& conf
     if (c->num_joined == 0) open_.erase(key);
     account_locked(rank);
     throw InvalidArgument(rejection);
+  }
+  // A rank already past this round, its attempt of the round another creation (or this one,
+  // left unmatched), will never join: this rank fails at once, naming what that rank created
+  // instead, as on the CUDA backend (whose creation slots keep the previous attempt for this).
+  // Ranks already waiting in the creation keep waiting out their bound, as before.
+  ErrorCode left_code = ErrorCode::kTimeout;
+  const std::string left = left_round_locked(rank, *c, &left_code);
+  if (!left.empty()) {
+    if (c->num_joined == 0) open_.erase(key);
+    account_locked(rank);
+    throw_error(left_code, left);
   }
   c->joined[rank] = 1;
   ++c->num_joined;
@@ -149,6 +202,7 @@ void WorldState::reject_create(int rank, const std::string& reason,
   std::lock_guard<std::mutex> lock(mu_);
   RankState& me = ranks_[rank];
   me.rejected_at = ++me.attempts;
+  record_attempt_locked(rank, std::nullopt);
   me.reject_reason = reason;
   me.reject_config = config;
   std::vector<std::shared_ptr<Creation>> open;
