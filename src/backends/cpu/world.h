@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "backends/cpu/shared.h"
+#include "core/agreement.h"
 #include "moe_ep/cpu.h"
 
 namespace moe_ep::cpu_backend {
@@ -76,12 +77,12 @@ class WorldState {
   std::string unaccounted_rejection_locked(int rank, const Creation& c) const;
   // With mu_ held: `rank` has seen every attempt made so far.
   void account_locked(int rank);
-  // With mu_ held: why the creation `c` is incomplete, from `rank`'s point of view.
-  std::string missing_report_locked(int rank, const Creation& c, bool* all_elsewhere) const;
-  // With mu_ held: when a rank missing from `c` is already past this round (this rank's
-  // attempt number) with its attempt of the round in `previous`, the error `rank` raises at
-  // once (that rank left the round without this creation); empty when none has.
-  std::string left_round_locked(int rank, const Creation& c, ErrorCode* code) const;
+  // With mu_ held: the ranks missing from the creation `c` and what they do instead, from
+  // `rank`'s point of view.
+  CreationMisses missing_report_locked(int rank, const Creation& c) const;
+  // With mu_ held: the ranks missing from `c` that are already past this round (this rank's
+  // attempt number), judged by their attempt of the round in `previous` (none: count 0).
+  CreationMisses left_round_locked(int rank, const Creation& c) const;
   // With mu_ held: `rank` makes attempt number attempts, with `config` (none: a rejection).
   void record_attempt_locked(int rank, const std::optional<OpConfig>& config);
 
