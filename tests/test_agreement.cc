@@ -225,6 +225,41 @@ TEST(Agreement, MissedCreationFailsThatCreationOnlyAndTheNextWorks) {
   testing::check_round(next, 3, after.results[0]);
 }
 
+TEST(Agreement, APeerPastTheCreationIsJudgedAtOnceByItsAttemptThere) {
+  // Rank 1 arrives at a creation after rank 0 gave up on it (its 2 s bound) and started the next
+  // one: rank 1 fails at once naming the field that differed in the creation rank 0 left (not
+  // the next one's instance_id), as on the CUDA backend; then both create the next op.
+  OpConfig next = small_config();
+  std::vector<RankOutcome> first(2);
+  std::vector<double> seconds(2);
+  RoundCheck after(2, inputs_for(2, next, 3));
+  run_ranks(
+      2,
+      [&](int rank, const std::shared_ptr<Communicator>& comm) {
+        OpConfig mine = next;
+        mine.instance_id = 7;
+        mine.hidden = rank == 1 ? 256 : 128;
+        // 0.6 s after rank 0's bound, 1.4 s before the bound of its next creation.
+        if (rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(2600));
+        const auto start = std::chrono::steady_clock::now();
+        first[rank] = outcome_of([&] { create_op(comm, mine); });
+        seconds[rank] =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        auto op = create_op(comm, next);
+        after.run(rank, *op);
+      },
+      /*timeout_s=*/2.0);
+  expect_error(first[0], ErrorCode::kTimeout,
+               {"create_op: rank 0 timed out after 2 s", "rank 1 is not creating an op"}, 0);
+  expect_error(first[1], ErrorCode::kInvalidArgument,
+               {"configuration differs between ranks: hidden=128 on rank 0, hidden=256 on rank 1",
+                "rank 1 found ranks [0] past this creation",
+                "rank 0 left this creation, made with another configuration"},
+               1);
+  EXPECT_LT(seconds[1], 1.0) << "rank 1 waited for a match that could not come";
+  testing::check_round(next, 2, after.results[0]);
+}
+
 TEST(Agreement, RankThatDestroysItsOpLeavesOthersATimeoutAndTheNextOpWorks) {
   // Rank 1 drops its op; rank 0 dispatches on its own and times out naming rank 1 (its op is
   // poisoned); a new op (another instance) then works on both ranks.

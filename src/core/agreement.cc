@@ -91,4 +91,35 @@ std::string first_config_difference(const ConfigValues& a, int rank_a, const Con
   return {};
 }
 
+void CreationMisses::add(int rank, const std::string& what, const std::string& difference) {
+  ++count;
+  missing += (missing.empty() ? "" : ", ") + std::to_string(rank);
+  doing += "; " + what;
+  if (difference.empty()) {
+    all_elsewhere = false;
+  } else if (first_difference.empty()) {
+    first_difference = difference;
+  }
+}
+
+ErrorCode CreationMisses::code() const {
+  return all_elsewhere ? ErrorCode::kInvalidArgument : ErrorCode::kTimeout;
+}
+
+std::string CreationMisses::message(const std::string& head) const {
+  if (!all_elsewhere) return head + doing;
+  return detail::concat("configuration differs between ranks: ", first_difference, " (", head,
+                        doing, ")");
+}
+
+std::string left_creation_text(int rank, const std::string& difference) {
+  if (difference.empty()) {
+    return detail::concat("rank ", rank,
+                          " left this creation without a match (it failed there, e.g. waiting for ",
+                          "another rank)");
+  }
+  return detail::concat("rank ", rank, " left this creation, made with another configuration (",
+                        difference, ")");
+}
+
 }  // namespace moe_ep

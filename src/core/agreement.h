@@ -76,4 +76,27 @@ const char* config_field_name(int field);
 std::string first_config_difference(const ConfigValues& a, int rank_a, const ConfigValues& b,
                                     int rank_b);
 
+// The ranks a creation rendezvous found missing and what each was doing instead, worded alike
+// on both backends. A rank is elsewhere when it was creating another configuration (`difference`
+// is first_config_difference's text, non-empty).
+struct CreationMisses {
+  std::string missing;           // "0, 2"
+  std::string doing;             // "; rank 0 ...; rank 2 ..."
+  std::string first_difference;  // of the first rank elsewhere
+  int count = 0;
+  bool all_elsewhere = true;
+  void add(int rank, const std::string& what, const std::string& difference = {});
+  // InvalidArgument when every missing rank was elsewhere (the configurations differ), else
+  // Timeout.
+  ErrorCode code() const;
+  // "configuration differs between ranks: <first difference> (<head><doing>)" when every missing
+  // rank was elsewhere, else "<head><doing>".
+  std::string message(const std::string& head) const;
+};
+
+// What a rank already past this creation did in it, judged by its attempt there: "rank q left
+// this creation, made with another configuration (<difference>)", or, for the same
+// configuration (empty difference), that it left it without a match.
+std::string left_creation_text(int rank, const std::string& difference);
+
 }  // namespace moe_ep

@@ -57,16 +57,11 @@ void WorldState::account_locked(int rank) {
   for (int q = 0; q < world_size_; ++q) seen_[rank][q] = ranks_[q].attempts;
 }
 
-std::string WorldState::missing_report_locked(int rank, const Creation& c,
-                                              bool* all_elsewhere) const {
-  std::string missing, doing;
-  *all_elsewhere = true;
-  std::string first_difference;
+CreationMisses WorldState::missing_report_locked(int rank, const Creation& c) const {
+  CreationMisses misses;
   for (int q = 0; q < world_size_; ++q) {
     if (c.joined[q]) continue;
-    missing += (missing.empty() ? "" : ", ") + std::to_string(q);
     const RankState& other = ranks_[q];
-    std::string what;
     // A rank that waited in another creation while this one was open disagrees with it, even
     // if its own wait has ended by now.
     const bool elsewhere =
@@ -75,32 +70,48 @@ std::string WorldState::missing_report_locked(int rank, const Creation& c,
       const OpConfig& theirs = other.creating ? other.creating->config : *other.last_config;
       const std::string difference = first_config_difference(
           config_values(theirs, world_size_), q, config_values(c.config, world_size_), rank);
-      if (first_difference.empty()) first_difference = difference;
-      what = detail::concat("rank ", q, other.creating ? " is" : " was",
-                            " creating another configuration (", difference, ")");
+      misses.add(q,
+                 detail::concat("rank ", q, other.creating ? " is" : " was",
+                                " creating another configuration (", difference, ")"),
+                 difference);
     } else {
-      *all_elsewhere = false;
-      what =
-          other.rejected_at != 0 && other.rejected_at == other.attempts
-              ? detail::concat("rank ", q, " last rejected a configuration: ", other.reject_reason)
-              : detail::concat("rank ", q, " is not creating an op");
+      misses.add(q, other.rejected_at != 0 && other.rejected_at == other.attempts
+                        ? detail::concat("rank ", q,
+                                         " last rejected a configuration: ", other.reject_reason)
+                        : detail::concat("rank ", q, " is not creating an op"));
     }
-    doing += "; " + what;
   }
-  const std::string waited = detail::concat(
-      "create_op: rank ", rank, " timed out after ", timeout_s_, " s waiting for ranks [", missing,
-      "] to create the same op (expected ", world_size_, " arrivals, seen ", c.num_joined, ")");
-  if (*all_elsewhere) {
-    return detail::concat("configuration differs between ranks: ", first_difference, " (", waited,
-                          doing, ")");
+  return misses;
+}
+
+void WorldState::record_attempt_locked(int rank, const std::optional<OpConfig>& config) {
+  RankState& me = ranks_[rank];
+  me.previous = me.latest;
+  me.latest = Attempt{me.attempts, config};
+}
+
+CreationMisses WorldState::left_round_locked(int rank, const Creation& c) const {
+  const uint64_t round = ranks_[rank].attempts;
+  CreationMisses left;
+  for (int q = 0; q < world_size_; ++q) {
+    const RankState& other = ranks_[q];
+    if (q == rank || c.joined[q] || other.latest.number <= round ||
+        other.previous.number != round || !other.previous.config) {
+      continue;
+    }
+    const std::string difference =
+        first_config_difference(config_values(*other.previous.config, world_size_), q,
+                                config_values(c.config, world_size_), rank);
+    left.add(q, left_creation_text(q, difference), difference);
   }
-  return waited + doing;
+  return left;
 }
 
 std::shared_ptr<OpShared> WorldState::join_create(int rank, const OpConfig& config) {
   std::unique_lock<std::mutex> lock(mu_);
   RankState& me = ranks_[rank];
   ++me.attempts;
+  record_attempt_locked(rank, config);
   const std::string key = config.describe();
   std::shared_ptr<Creation>& slot = open_[key];
   if (!slot) {
@@ -119,6 +130,19 @@ std::shared_ptr<OpShared> WorldState::join_create(int rank, const OpConfig& conf
     account_locked(rank);
     throw InvalidArgument(rejection);
   }
+  // A rank already past this round, its attempt of the round another creation (or this one,
+  // left unmatched), will never join: this rank fails at once, naming what that rank created
+  // instead, as on the CUDA backend (whose creation slots keep the previous attempt for this).
+  // Ranks already waiting in the creation keep waiting out their bound, as before.
+  const CreationMisses left = left_round_locked(rank, *c);
+  if (left.count > 0) {
+    if (c->num_joined == 0) open_.erase(key);
+    account_locked(rank);
+    throw_error(left.code(), left.message(detail::concat(
+                                 "create_op: rank ", rank, " found ranks [", left.missing,
+                                 "] past this creation (expected ", world_size_, " arrivals, seen ",
+                                 c->num_joined + 1, ")")));
+  }
   c->joined[rank] = 1;
   ++c->num_joined;
   if (c->num_joined == world_size_) {
@@ -135,9 +159,12 @@ std::shared_ptr<OpShared> WorldState::join_create(int rank, const OpConfig& conf
   me.creating.reset();
   me.left = std::chrono::steady_clock::now();
   if (!settled) {
-    bool all_elsewhere = false;
-    const std::string report = missing_report_locked(rank, *c, &all_elsewhere);
-    fail_locked(c, all_elsewhere ? ErrorCode::kInvalidArgument : ErrorCode::kTimeout, report);
+    const CreationMisses misses = missing_report_locked(rank, *c);
+    const std::string waited = detail::concat("create_op: rank ", rank, " timed out after ",
+                                              timeout_s_, " s waiting for ranks [", misses.missing,
+                                              "] to create the same op (expected ", world_size_,
+                                              " arrivals, seen ", c->num_joined, ")");
+    fail_locked(c, misses.code(), misses.message(waited));
   }
   account_locked(rank);
   if (c->failed) throw_error(c->fail_code, c->fail_message);
@@ -149,6 +176,7 @@ void WorldState::reject_create(int rank, const std::string& reason,
   std::lock_guard<std::mutex> lock(mu_);
   RankState& me = ranks_[rank];
   me.rejected_at = ++me.attempts;
+  record_attempt_locked(rank, std::nullopt);
   me.reject_reason = reason;
   me.reject_config = config;
   std::vector<std::shared_ptr<Creation>> open;

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "backends/cpu/shared.h"
+#include "core/agreement.h"
 #include "moe_ep/cpu.h"
 
 namespace moe_ep::cpu_backend {
@@ -52,6 +53,12 @@ class WorldState {
     std::shared_ptr<OpShared> shared;
     std::chrono::steady_clock::time_point opened;
   };
+  // One creation attempt of a rank: its number and, for a create_op, its configuration (none
+  // for a rejection).
+  struct Attempt {
+    uint64_t number = 0;
+    std::optional<OpConfig> config;
+  };
   struct RankState {
     uint64_t attempts = 0;     // create_op and reject_create calls so far
     uint64_t rejected_at = 0;  // the attempt that was the latest rejection (0: none)
@@ -60,6 +67,7 @@ class WorldState {
     std::shared_ptr<Creation> creating;          // the creation it waits in, if any
     std::optional<OpConfig> last_config;         // of its latest create_op
     std::chrono::steady_clock::time_point left;  // when it last stopped waiting in a creation
+    Attempt latest, previous;  // its last two attempts: a rank past a round is judged by it
   };
 
   // With mu_ held: fails `c` for everyone waiting in it, and closes it.
@@ -69,8 +77,14 @@ class WorldState {
   std::string unaccounted_rejection_locked(int rank, const Creation& c) const;
   // With mu_ held: `rank` has seen every attempt made so far.
   void account_locked(int rank);
-  // With mu_ held: why the creation `c` is incomplete, from `rank`'s point of view.
-  std::string missing_report_locked(int rank, const Creation& c, bool* all_elsewhere) const;
+  // With mu_ held: the ranks missing from the creation `c` and what they do instead, from
+  // `rank`'s point of view.
+  CreationMisses missing_report_locked(int rank, const Creation& c) const;
+  // With mu_ held: the ranks missing from `c` that are already past this round (this rank's
+  // attempt number), judged by their attempt of the round in `previous` (none: count 0).
+  CreationMisses left_round_locked(int rank, const Creation& c) const;
+  // With mu_ held: `rank` makes attempt number attempts, with `config` (none: a rejection).
+  void record_attempt_locked(int rank, const std::optional<OpConfig>& config);
 
   const int world_size_;
   const double timeout_s_;

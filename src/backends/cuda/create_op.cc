@@ -135,46 +135,36 @@ void rendezvous(CudaComm& comm, const ConfigValues& values, const std::string& r
         "create_op aborted: rank ", q, " rejected its configuration",
         difference.empty() ? "" : " (" + difference + ")", ": ", reason_text(o.reason)));
   }
-  std::string missing, doing, first_difference;
-  bool all_elsewhere = true, timed_out = false;
-  int num_missing = 0;
+  CreationMisses misses;
+  bool timed_out = false;
   for (int q = 0; q < world; ++q) {
     if (o.status[q] == kCreateMatched) continue;
-    ++num_missing;
-    missing += (missing.empty() ? "" : ", ") + std::to_string(q);
     timed_out = timed_out || o.status[q] == kCreateTimedOut;
-    // A peer past this round (kCreatePeerLeft) is reported by its attempt of this round.
-    const bool left = o.status[q] == kCreatePeerLeft;
     const bool creating = (o.tag[q] & 3) == kCreateJoining && (o.tag[q] >> 2) > 0;
-    const std::string difference = first_config_difference(values_of(o.config[q]), q, values, rank);
-    if (creating && !difference.empty()) {
-      if (first_difference.empty()) first_difference = difference;
-      doing += left ? detail::concat("; rank ", q,
-                                     " left this creation, made with another configuration (",
-                                     difference, ")")
-                    : detail::concat("; rank ", q, "'s latest creation is another configuration (",
-                                     difference, ")");
+    const std::string difference =
+        creating ? first_config_difference(values_of(o.config[q]), q, values, rank) : "";
+    if (o.status[q] == kCreatePeerLeft) {
+      // A peer past this round, reported by its attempt of this round.
+      misses.add(q, left_creation_text(q, difference), difference);
+    } else if (!difference.empty()) {
+      misses.add(q,
+                 detail::concat("rank ", q, "'s latest creation is another configuration (",
+                                difference, ")"),
+                 difference);
     } else {
-      all_elsewhere = false;
-      doing += left ? detail::concat("; rank ", q, " left this creation without a match (it failed",
-                                     " there, e.g. waiting for another rank)")
-                    : detail::concat("; rank ", q, " has not joined");
+      misses.add(q, detail::concat("rank ", q, " has not joined"));
     }
   }
-  if (num_missing == 0) return;
-  const std::string waited =
-      timed_out
-          ? detail::concat("create_op: rank ", rank, " timed out after ", Knobs::get().timeout_s,
-                           " s waiting for ranks [", missing, "] to create the same op (expected ",
-                           world, " arrivals, seen ", world - num_missing, ")")
-          : detail::concat("create_op: rank ", rank, " found ranks [", missing,
-                           "] past this creation (expected ", world, " arrivals, seen ",
-                           world - num_missing, ")");
-  if (all_elsewhere) {
-    throw InvalidArgument(detail::concat("configuration differs between ranks: ", first_difference,
-                                         " (", waited, doing, ")"));
-  }
-  throw Timeout(waited + doing);
+  if (misses.count == 0) return;
+  const std::string head =
+      timed_out ? detail::concat("create_op: rank ", rank, " timed out after ",
+                                 Knobs::get().timeout_s, " s waiting for ranks [", misses.missing,
+                                 "] to create the same op (expected ", world, " arrivals, seen ",
+                                 world - misses.count, ")")
+                : detail::concat("create_op: rank ", rank, " found ranks [", misses.missing,
+                                 "] past this creation (expected ", world, " arrivals, seen ",
+                                 world - misses.count, ")");
+  throw_error(misses.code(), misses.message(head));
 }
 
 // The SM budget of an op: OpConfig::num_sms, else MOE_EP_NUM_SMS, else the policy's default;

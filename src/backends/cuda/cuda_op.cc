@@ -145,65 +145,6 @@ CudaOp::CudaOp(std::shared_ptr<CudaComm> comm, const OpConfig& config, int num_s
                  : std::string());
 }
 
-std::string CudaOp::describe_peers() const {
-  const PeerTable peers = buffer_->peers();
-  std::string bases;
-  for (int r = 0; r < world_size_; ++r) {
-    bases += detail::concat(r == 0 ? "" : " ", static_cast<const void*>(peers.base[r]));
-  }
-  return detail::concat("cuda op uid ", uid_, " rank ", rank_, "/", world_size_, ": buffer ",
-                        static_cast<const void*>(buffer_->local()), ", peer bases [", bases, "]",
-                        describe_step_words());
-}
-
-std::string CudaOp::describe_step_words() const {
-  // Read back on the internal stream (never the legacy default stream: other ranks of the
-  // one-GPU world may still be spinning). The tags of both parities in this rank's own buffer,
-  // then this rank's own tags as every peer's buffer holds them: a peer that stored its word
-  // that a waiter never saw shows whether the word is there now.
-  cudaStream_t stream = comm_->internal_stream();
-  std::vector<uint64_t> own(static_cast<size_t>(4 * world_size_), 0);
-  std::string text = ", step tags here [";
-  if (cudaMemcpyAsync(own.data(), buffer_->local() + layout_.step_offset(0, 0),
-                      own.size() * sizeof(uint64_t), cudaMemcpyDefault, stream) != cudaSuccess ||
-      cudaStreamSynchronize(stream) != cudaSuccess) {
-    return text + "unreadable]";
-  }
-  for (int parity = 0; parity < 2; ++parity) {
-    for (int q = 0; q < world_size_; ++q) {
-      text += detail::concat(parity + q == 0 ? "" : " ", "p", parity, "/", q, "=",
-                             own[2 * (parity * world_size_ + q) + 1]);
-    }
-  }
-  text += "], this rank's tags in peers [";
-  for (int q = 0; q < world_size_; ++q) {
-    const char* base = peers_.base[q];
-    uint64_t words[2][2] = {};
-    bool ok = base != nullptr;
-    for (int parity = 0; parity < 2 && ok; ++parity) {
-      ok = cudaMemcpyAsync(words[parity], base + layout_.step_offset(parity, rank_),
-                           sizeof(words[parity]), cudaMemcpyDefault, stream) == cudaSuccess;
-    }
-    ok = ok && cudaStreamSynchronize(stream) == cudaSuccess;
-    text += detail::concat(q == 0 ? "" : " ", q, ":",
-                           ok ? detail::concat(words[0][1], "/", words[1][1]) : std::string("-"));
-  }
-  // When this rank's latest step kernel was launched (host clock) and began (global timer, the
-  // same clock for every rank of a device), and when the latest validation scan before a step
-  // began: a rank whose kernels began late was held up by the device, one launched late by its
-  // host; a scan on time before a late step says the step itself was held, not the stream.
-  uint64_t started[2] = {};
-  const bool ok = cudaMemcpyAsync(started, step_started_.get(), sizeof(started),
-                                  cudaMemcpyDeviceToHost, stream) == cudaSuccess &&
-                  cudaStreamSynchronize(stream) == cudaSuccess;
-  const auto when = [ok](uint64_t ns) { return ok ? std::to_string(ns) : std::string("?"); };
-  text += detail::concat("], latest step launched at ", step_launched_ns_, " ns (host), began at ",
-                         when(started[0]), " ns (device); latest scan began at ", when(started[1]),
-                         " ns (device)");
-  cudaGetLastError();  // a failed read is reported in the text, not left for the next check
-  return text;
-}
-
 void CudaOp::publish() {
   comm_->publish(*buffer_);
   // With several nodes no call stores into, or loads from, another node's rank (those words and
