@@ -31,25 +31,17 @@ __device__ __forceinline__ float low_bf16(uint32_t w) { return __uint_as_float(w
 __device__ __forceinline__ float high_bf16(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
 
 // The largest bf16 magnitude (as 16-bit bits) of the block this lane belongs to, blocks of
-// kLanes consecutive lanes. Finite magnitudes are below 0x7f80; Inf is 0x7f80, NaN above. Blocks
-// of 16 lanes (fp8 blockwise) reduce with one redux.sync over their half's mask (each half's lanes
-// name the same mask, as the instruction requires) instead of 4 shuffles and maxima; smaller
-// blocks keep the shuffles (redux there made int8/e3m4's combine kernels spill).
+// kLanes consecutive lanes. Finite magnitudes are below 0x7f80; Inf is 0x7f80, NaN above.
 template <int kLanes>
 __device__ __forceinline__ uint32_t block_amax_bits(const uint4& v) {
   constexpr uint32_t kAbs = 0x7fff7fffu;
   const uint32_t m = __vmaxu2(__vmaxu2(v.x & kAbs, v.y & kAbs), __vmaxu2(v.z & kAbs, v.w & kAbs));
-  const uint32_t a = max(m & 0xffffu, m >> 16);
-  if constexpr (kLanes == 16) {
-    return __reduce_max_sync((threadIdx.x & 16u) != 0 ? 0xffff0000u : 0x0000ffffu, a);
-  } else {
-    uint32_t r = a;
+  uint32_t a = max(m & 0xffffu, m >> 16);
 #pragma unroll
-    for (int offset = kLanes / 2; offset >= 1; offset /= 2) {
-      r = max(r, __shfl_xor_sync(0xffffffffu, r, offset));
-    }
-    return r;
+  for (int offset = kLanes / 2; offset >= 1; offset /= 2) {
+    a = max(a, __shfl_xor_sync(0xffffffffu, a, offset));
   }
+  return a;
 }
 
 // Two products, converted with one instruction; byte 0 is `lo`'s code.

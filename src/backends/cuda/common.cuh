@@ -142,19 +142,15 @@ struct NoLastBlockStores {
   __device__ void operator()() const {}
 };
 
-// Grid-wide completion: the block's threads meet at a barrier, then its first thread fences at
-// system scope and counts the block in; every thread of the last block runs `last(counter)`
-// (after a device-scope fence, so it sees what every block stored), then resets `counter` for
-// the next launch. One fence a block suffices: the barrier orders every thread's stores before
-// the first thread's fence, and a fence is cumulative over what is ordered before it (the order
-// a grid-wide barrier relies on). v23's warp samples found a fence in every thread, then the
-// barrier, at 12.8% + 9.9% of the 128-token dispatch kernel and about half of a one-token send.
+// Grid-wide completion: every thread fences its own stores at system scope, the block counts
+// itself in, and every thread of the last block runs `last(counter)` (after a device-scope fence,
+// so it sees what every block stored), then resets `counter` for the next launch.
 template <typename Last>
 __device__ inline void when_grid_done(unsigned int* counter, Last last) {
+  __threadfence_system();
   __syncthreads();
   __shared__ bool is_last;
   if (threadIdx.x == 0) {
-    __threadfence_system();
     const unsigned int prev = atomicAdd(counter, 1u);
     is_last = (prev == gridDim.x - 1);
   }
@@ -165,8 +161,8 @@ __device__ inline void when_grid_done(unsigned int* counter, Last last) {
   if (threadIdx.x == 0) *counter = 0;
 }
 
-// Last-block-done signal: each block's stores are fenced (when_grid_done), the block counts itself
-// in, and the last block of the grid release-stores `value` at byte `offset` of every peer buffer.
+// Last-block-done signal: every thread fences its own stores, the block counts itself in, and the
+// last block of the grid release-stores `value` at byte `offset` of every peer buffer.
 // `last_block_stores`, when given, runs on every thread of the last block first; its stores are
 // fenced at system scope before the release, so a peer that sees `value` sees them too.
 // `counter` is reset by the last block for the next launch.
