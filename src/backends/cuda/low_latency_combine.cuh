@@ -14,7 +14,10 @@ struct LocalSlots {
   float weight[2];
 };
 
-inline constexpr int kLlSlotGroup = 4;
+// 8: a token's top-8 slots' loads of y all in flight at once, one warp step at a time (v24: at 128
+// tokens the combine waits on y with half the loads in flight that HBM needs; a group of 4 with
+// two warp steps unrolled kept the same number in flight, with more registers).
+inline constexpr int kLlSlotGroup = 8;
 
 __device__ __forceinline__ LocalSlots load_local_slots(const int32_t* rows, const float* weights,
                                                        int k_slots, int lane) {
@@ -36,22 +39,24 @@ __device__ __forceinline__ uint4 weighted_slot_sum(const LocalSlots& s, const ui
 #pragma unroll
   for (int j = 0; j < kElemsPerLane; ++j) acc[j] = 0.0f;
   for (int k0 = 0; k0 < k_slots; k0 += kLlSlotGroup) {
-    int32_t row[kLlSlotGroup];
     float w[kLlSlotGroup];
     uint4 v[kLlSlotGroup];
 #pragma unroll
     for (int i = 0; i < kLlSlotGroup; ++i) {  // the group's loads first, all in flight
       const int k = k0 + i;
       const bool high = k >= 32;  // warp-uniform
-      row[i] = __shfl_sync(0xffffffffu, high ? s.row[1] : s.row[0], k & 31);
+      int32_t row = __shfl_sync(0xffffffffu, high ? s.row[1] : s.row[0], k & 31);
       w[i] = __shfl_sync(0xffffffffu, high ? s.weight[1] : s.weight[0], k & 31);
-      if (k >= k_slots) row[i] = -1;
-      v[i] = row[i] >= 0 ? load_lane(y + static_cast<int64_t>(row[i]) * hidden, elem, hidden)
-                         : make_uint4(0, 0, 0, 0);
+      if (k >= k_slots) row = -1;
+      // A slot without a row adds (-0) * (+0) = -0, which leaves every sum as it is (x + -0 = x
+      // for every x, +0 included; a NaN stays a NaN, written as the one bf16 NaN): the same
+      // bits as skipping it, without keeping its row for a branch.
+      if (row < 0) w[i] = -0.0f;
+      v[i] = row >= 0 ? load_lane(y + static_cast<int64_t>(row) * hidden, elem, hidden)
+                      : make_uint4(0, 0, 0, 0);
     }
 #pragma unroll
     for (int i = 0; i < kLlSlotGroup; ++i) {  // then the sum, in ascending slot order
-      if (row[i] < 0) continue;
 #pragma unroll
       for (int j = 0; j < kElemsPerLane; ++j) {
         const float term = w[i] * formats::bf16_to_float(formats::lane_elem(v[i], j));
@@ -206,8 +211,8 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
         dest = p.nodes.rail_peer(s, p.nodes.node);
         slot = p.nodes.rail_peer(info.rank, s / p.nodes.node_size);
       }
-      // Two warp steps at a time: each already has a group of slots' loads in flight.
-      send_combine_range<F, 2>(
+      // One warp step at a time: its 8 slots' loads are in flight together.
+      send_combine_range<F, 1>(
           [&](int64_t elem) { return weighted_slot_sum(slots, p.y, elem, hidden, k_slots); }, begin,
           stop, hidden, p.peers.base[dest] + p.layout.combine_row_offset(slot, t),
           reinterpret_cast<uint64_t*>(p.peers.base[dest] +
