@@ -59,6 +59,21 @@ __device__ __forceinline__ uint2 e4m3x8(const uint4& v, float scale) {
   return make_uint2(p0 | (p1 << 16), p2 | (p3 << 16));
 }
 
+// Fp8BlockWire::block_params for a finite amax with its two quotients split over a lane pair:
+// the even lane of each pair divides 448 / amax, the odd lane amax / 448, and each takes the
+// other's by one shuffle (the two lanes hold the same block's amax: a block is 16 lanes). One
+// division sequence a warp step instead of two, the same correctly rounded quotients. All 32
+// lanes must call it.
+__device__ __forceinline__ Fp8BlockWire::Params fp8_block_params_by_pairs(float amax) {
+  const bool odd = (threadIdx.x & 1u) != 0;
+  const float q = (odd ? amax : kE4m3Max) / (odd ? kE4m3Max : amax);
+  const float other = __shfl_xor_sync(0xffffffffu, q, 1);
+  if (amax == 0.0f) return {1.0f, 1.0f};
+  float inv = odd ? other : q;
+  if (!is_finite(inv)) inv = 3.40282347e38f;  // as block_params: zeros stay zeros
+  return {odd ? q : other, inv};
+}
+
 // e2m1 codes of two values |v| < 8 held in f16x2, counted as the midpoints below them: strict
 // where the tie goes down to the even code (0.25, 1.25, 2.5, 5), inclusive where it goes up
 // (0.75, 1.75, 3.5): the same rule as e2m1_rne_by_midpoints. Returns the codes in f16x2.
@@ -227,7 +242,7 @@ __device__ __forceinline__ void encode_lane(const uint4& v, LaneWord<F>& word,
       word = lane_encode<F>(v, params);
       return;
     }
-    params = F::block_params(__uint_as_float(a << 16), false);
+    params = fp8_block_params_by_pairs(__uint_as_float(a << 16));
     word = e4m3x8(v, params.inv);
   } else if constexpr (std::is_same_v<F, Fp8DirectWire>) {
     // Inf must become NaN (the scalar rule), which satfinite would not do: such lanes (rare)

@@ -321,6 +321,9 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
       }
       if (!done) break;  // reported; the other warps see the flag and stop too
     }
+    // The last item's warp knows no item is left: it skips the ticket that would tell it so (a
+    // round trip at the end of the kernel's longest path).
+    if (item == total - 1) break;
   }
   // The last warp out resets the tickets for the op's next combine.
   if (c.lane == 0 && atomicAdd(&p.tickets[1], 1u) == static_cast<unsigned int>(c.num_warps) - 1) {

@@ -14,7 +14,11 @@ struct LocalSlots {
   float weight[2];
 };
 
-inline constexpr int kLlSlotGroup = 4;
+// 8: a token's top-8 slots' loads of y all in flight at once, one warp step at a time (a group of
+// 4 with two warp steps unrolled kept as many in flight with more registers). v24: ll_combine at
+// 128 tokens 18.98 -> 17.97 us under ncu (bf16), predicted about 12: the loads in flight were
+// not what bounds it.
+inline constexpr int kLlSlotGroup = 8;
 
 __device__ __forceinline__ LocalSlots load_local_slots(const int32_t* rows, const float* weights,
                                                        int k_slots, int lane) {
@@ -36,22 +40,24 @@ __device__ __forceinline__ uint4 weighted_slot_sum(const LocalSlots& s, const ui
 #pragma unroll
   for (int j = 0; j < kElemsPerLane; ++j) acc[j] = 0.0f;
   for (int k0 = 0; k0 < k_slots; k0 += kLlSlotGroup) {
-    int32_t row[kLlSlotGroup];
     float w[kLlSlotGroup];
     uint4 v[kLlSlotGroup];
 #pragma unroll
     for (int i = 0; i < kLlSlotGroup; ++i) {  // the group's loads first, all in flight
       const int k = k0 + i;
       const bool high = k >= 32;  // warp-uniform
-      row[i] = __shfl_sync(0xffffffffu, high ? s.row[1] : s.row[0], k & 31);
+      int32_t row = __shfl_sync(0xffffffffu, high ? s.row[1] : s.row[0], k & 31);
       w[i] = __shfl_sync(0xffffffffu, high ? s.weight[1] : s.weight[0], k & 31);
-      if (k >= k_slots) row[i] = -1;
-      v[i] = row[i] >= 0 ? load_lane(y + static_cast<int64_t>(row[i]) * hidden, elem, hidden)
-                         : make_uint4(0, 0, 0, 0);
+      if (k >= k_slots) row = -1;
+      // A slot without a row adds (-0) * (+0) = -0, which leaves every sum as it is (x + -0 = x
+      // for every x, +0 included; a NaN stays a NaN, written as the one bf16 NaN): the same
+      // bits as skipping it, without keeping its row for a branch.
+      if (row < 0) w[i] = -0.0f;
+      v[i] = row >= 0 ? load_lane(y + static_cast<int64_t>(row) * hidden, elem, hidden)
+                      : make_uint4(0, 0, 0, 0);
     }
 #pragma unroll
     for (int i = 0; i < kLlSlotGroup; ++i) {  // then the sum, in ascending slot order
-      if (row[i] < 0) continue;
 #pragma unroll
       for (int j = 0; j < kElemsPerLane; ++j) {
         const float term = w[i] * formats::bf16_to_float(formats::lane_elem(v[i], j));
@@ -110,8 +116,14 @@ __device__ __forceinline__ bool ll_reduce_with_own_part(const LowLatencyParams& 
 // rank's own tokens when they are summed in place (the whole combine in one launch); then
 // reduces, (token, slice) for this rank's T tokens. A launch runs the sends and the reduces
 // (kLlCombineAll), or one of the two (the hooks' parts).
+// A reduce item is a part of a slice (1, 2 or 4 parts of 256-element warp steps) when the
+// token-slices are few: at one token the 7 slices' reduces ran 4 warp steps each, one after
+// the other, on 7 warps (v23: 16.9 us under ncu, 36% of it waiting for y). The parts share
+// their slice's ready flags. kLlMaxReduceItems bounds the parts' items to about the warps of
+// the default budget (32 SMs, 2 blocks of 16 warps each).
+inline constexpr int64_t kLlMaxReduceItems = 1024;
 struct LlCombineItems {
-  int64_t slices, own_sends, sends, first, end;
+  int64_t slices, parts, own_sends, sends, first, end;
   __host__ __device__ int64_t count() const { return end - first; }
 };
 __host__ __device__ inline LlCombineItems ll_combine_items(const LowLatencyParams& p) {
@@ -121,7 +133,11 @@ __host__ __device__ inline LlCombineItems ll_combine_items(const LowLatencyParam
   c.own_sends = p.combine_phase == kLlCombineAll ? p.info.max_tokens * c.slices : 0;
   c.sends = static_cast<int64_t>(p.info.world_size) * p.info.max_tokens * c.slices - c.own_sends;
   c.first = p.combine_phase == kLlCombineReceive ? c.sends : 0;
-  c.end = p.combine_phase == kLlCombineSend ? c.sends : c.sends + p.num_tokens * c.slices;
+  const int64_t token_slices = p.num_tokens * c.slices;
+  c.parts = token_slices * 4 <= kLlMaxReduceItems   ? 4
+            : token_slices * 2 <= kLlMaxReduceItems ? 2
+                                                    : 1;
+  c.end = p.combine_phase == kLlCombineSend ? c.sends : c.sends + token_slices * c.parts;
   return c;
 }
 
@@ -166,12 +182,17 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
     const int64_t item = first + take_ticket(&p.tickets[0], c.lane);
     if (item >= end) break;
     const bool send = item < sends;
+    // A reduce item is part `part` of its slice (items.parts of them); a send item a whole slice.
+    const int64_t parts = send ? 1 : items.parts;
     const int64_t index =
         send ? (kOwnInPlace && item >= own_first ? item + items.own_sends : item) : item - sends;
-    const int64_t row_item = index / slices;
-    const int64_t slice = index - row_item * slices;
-    const int64_t begin = slice * slice_elems;
-    const int64_t stop = begin + slice_elems < hidden ? begin + slice_elems : hidden;
+    const int64_t row_item = index / (slices * parts);
+    const int64_t in_row = index - row_item * slices * parts;
+    const int64_t slice = in_row / parts;
+    const int64_t part = in_row - slice * parts;
+    const int64_t slice_stop = min(slice * slice_elems + slice_elems, static_cast<int64_t>(hidden));
+    const int64_t begin = slice * slice_elems + part * (slice_elems / parts);
+    const int64_t stop = min(begin + slice_elems / parts, slice_stop);
     if (send) {
       const int s = static_cast<int>(row_item / info.max_tokens);
       const int64_t t = row_item - static_cast<int64_t>(s) * info.max_tokens;
@@ -191,14 +212,14 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
         dest = p.nodes.rail_peer(s, p.nodes.node);
         slot = p.nodes.rail_peer(info.rank, s / p.nodes.node_size);
       }
-      // Two warp steps at a time: each already has a group of slots' loads in flight.
-      send_combine_range<F, 2>(
+      // One warp step at a time: its 8 slots' loads are in flight together.
+      send_combine_range<F, 1>(
           [&](int64_t elem) { return weighted_slot_sum(slots, p.y, elem, hidden, k_slots); }, begin,
           stop, hidden, p.peers.base[dest] + p.layout.combine_row_offset(slot, t),
           reinterpret_cast<uint64_t*>(p.peers.base[dest] +
                                       p.layout.ll_ready_offset(slot, t, slice)),
           tag, c.lane);
-    } else {
+    } else if (begin < stop) {  // (a part past the end of a short last slice has nothing)
       const int64_t t = row_item;
       bool done = false;
       if constexpr (kOwnInPlace) {
@@ -210,6 +231,7 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
       }
       if (!done) break;
     }
+    if (item == end - 1) break;  // no item left: the ticket that would say so is skipped
   }
   // The last warp out resets the tickets for the next launch, which the op's order (stream or
   // graph) starts only after this one: the two parts of a hooked combine each count from 0. The

@@ -400,6 +400,9 @@ __global__ void __launch_bounds__(Policy::kNotifyThreads) notify_kernel(NotifyPa
     } else {
       notify_receive(p, notify_smem);
     }
+    // The last ticket's block knows none is left: it skips the take that would tell it so (a
+    // round trip after the receive, the end of notify's longest path).
+    if (t == last) break;
   }
   let_next_kernel_launch();  // this block waits on no peer any more
   // The last block out resets the tickets for the op's next dispatch.
