@@ -1,6 +1,6 @@
 # Tests of the `moe-ep` command line (docs/bench.md), labelled `cpu`: small checked benches that
 # must end in "# wrong: 0 OK" (normal and decode mode), the --json output of both modes (one token
-# size, and a --tokens list), several nodes (--ranks-per-node),
+# size, a --tokens list, and lists of dtypes), several nodes (--ranks-per-node),
 # `moe-ep config`, and one test per bad argument
 # asserting exit code 2 and a single stderr line that names the argument and the value (also
 # for moe-ep-link-floor, when built).
@@ -97,6 +97,14 @@ add_test(NAME cli_bench_decode_json
          COMMAND bash ${MOE_EP_CLI_DIR}/bench_decode_json.sh ${MOE_EP_CLI}
                  ${CMAKE_CURRENT_BINARY_DIR}/cli_bench_decode_json)
 set_tests_properties(cli_bench_decode_json PROPERTIES LABELS cpu TIMEOUT 60)
+
+# Dtype lists: --dispatch-dtype fp4,bf16 --combine-dtype int8_e3m4,fp8 runs exactly those 4 pairs,
+# in the order given (bench_dtype_lists.sh checks the JSON).
+add_test(NAME cli_bench_dtype_lists
+         COMMAND bash ${MOE_EP_CLI_DIR}/bench_dtype_lists.sh ${MOE_EP_CLI}
+                 ${CMAKE_CURRENT_BINARY_DIR}/cli_bench_dtype_lists)
+set_tests_properties(cli_bench_dtype_lists PROPERTIES LABELS cpu TIMEOUT 60
+                     ENVIRONMENT "MOE_EP_VALIDATE=1")
 
 # --tokens LIST: one command runs every pair at each size (1 and 8 tokens per rank), in both
 # modes; the table gains a tokens column and the JSON has the rows of both sizes, each with
@@ -207,6 +215,15 @@ moe_ep_cli_error(dispatch_dtype_unknown 2 "--dispatch-dtype=fp16" "bf16|fp8|fp4"
                  ${MOE_EP_CLI} bench --dispatch-dtype fp16)
 moe_ep_cli_error(combine_dtype_unknown 2 "--combine-dtype=fp4" "fp8_direct_cast" "int8_e3m4" --
                  ${MOE_EP_CLI} bench --combine-dtype fp4)
+moe_ep_cli_error(dispatch_dtype_list_unknown 2 "--dispatch-dtype=bf16,fp16" "'fp16'" "bf16|fp8|fp4"
+                 -- ${MOE_EP_CLI} bench --dispatch-dtype bf16,fp16)
+moe_ep_cli_error(combine_dtype_list_twice 2 "--combine-dtype=fp8,float8_blockwise"
+                 "'float8_blockwise' names a dtype listed before it" --
+                 ${MOE_EP_CLI} bench --combine-dtype fp8,float8_blockwise)
+moe_ep_cli_error(combine_dtype_list_all 2 "--combine-dtype=bf16,all" "'all' stands alone" --
+                 ${MOE_EP_CLI} bench --combine-dtype bf16,all)
+moe_ep_cli_error(dispatch_dtype_list_empty_item 2 "--dispatch-dtype=bf16,," "''" --
+                 ${MOE_EP_CLI} bench --dispatch-dtype bf16,,)
 moe_ep_cli_error(ranks_zero 2 "--ranks=0" -- ${MOE_EP_CLI} bench --ranks 0)
 moe_ep_cli_error(hidden_not_integer 2 "--hidden=abc" "integer" --
                  ${MOE_EP_CLI} bench --hidden abc)

@@ -51,18 +51,6 @@ void add_int(CLI::App* cmd, const std::string& flag, std::optional<int>& target,
       ->type_name("INT");
 }
 
-// The items of a comma-separated list ("8,16,32"); an empty item stays, to be rejected.
-std::vector<std::string> split_list(const std::string& text) {
-  std::vector<std::string> items;
-  size_t start = 0;
-  while (start <= text.size()) {
-    const size_t comma = std::min(text.find(',', start), text.size());
-    items.push_back(text.substr(start, comma - start));
-    start = comma + 1;
-  }
-  return items;
-}
-
 void add_double(CLI::App* cmd, const std::string& flag, double& target, const std::string& help) {
   cmd->add_option_function<std::string>(
          flag,
@@ -217,9 +205,12 @@ CommandFn add_bench_command(CLI::App& app) {
   add_int(cmd, "--max-tokens", o.max_tokens,
           "max_tokens_per_rank of the op, >= every --tokens size; default each size");
   cmd->add_option("--dispatch-dtype", o.dispatch_dtype,
-                  "all|auto|" + valid_dispatch_values() + "; default all");
-  cmd->add_option("--combine-dtype", o.combine_dtype,
-                  "all|auto|" + valid_combine_values() + "; default all");
+                  "all|auto|" + valid_dispatch_values() +
+                      ", or several comma-separated (e.g. bf16,fp8); default all");
+  cmd->add_option(
+      "--combine-dtype", o.combine_dtype,
+      "all|auto|" + valid_combine_values() +
+          ", or several comma-separated; every pair of the two lists runs; default all");
   cmd->add_option("--weights", o.weights, "expert weight dtype for `auto`: bf16|fp8|fp4");
   add_int(cmd, "--iters", o.iters, "timed iterations; cpu 5, cuda 20");
   add_int(cmd, "--warmup", o.warmup, "warm-up iterations; cpu 1, cuda 5");

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -32,6 +33,35 @@ constexpr ShapeDefaults kCudaDefaults = {0, 4096, 7168, 256, 8, 20, 5};
 // many bf16 rows, so normal mode's 4096 would take about 28 GiB per GPU for DeepSeek-V3 with a
 // bf16 dispatch, and more than that per rank in host memory for the check.
 constexpr int kDecodeTokens = 128;
+
+// A dtype option's dtypes: one, or a comma-separated list, each once and none of all|auto (those
+// stand alone). `parse` throws InvalidArgument for a value that is no dtype.
+template <typename Dtype, typename Parse>
+std::vector<Dtype> dtype_list(const std::string& flag, const std::string& value,
+                              const std::string& valid, Parse parse) {
+  std::vector<Dtype> dtypes;
+  const std::vector<std::string> items = split_list(value);
+  for (const std::string& item : items) {
+    if (items.size() > 1 && (item == "all" || item == "auto")) {
+      bad_argument(flag, value,
+                   "'" + item + "' stands alone, not in a list; valid list items: " + valid);
+    }
+    Dtype dtype;
+    try {
+      dtype = parse(item);
+    } catch (const InvalidArgument&) {
+      bad_argument(
+          flag, value,
+          "'" + item + "' is not a " + (flag == "--dispatch-dtype" ? "dispatch" : "combine") +
+              " dtype; valid values: all|auto|" + valid + ", or several of them comma-separated");
+    }
+    if (std::find(dtypes.begin(), dtypes.end(), dtype) != dtypes.end()) {
+      bad_argument(flag, value, "'" + item + "' names a dtype listed before it; list each once");
+    }
+    dtypes.push_back(dtype);
+  }
+  return dtypes;
+}
 
 BenchMode parse_mode(const std::string& text) {
   if (text == "normal") return BenchMode::kNormal;
@@ -153,48 +183,43 @@ BenchPlan plan_bench(const BenchOptions& o) {
   const Knobs& knobs = Knobs::get();  // a bad MOE_EP_* value fails here, naming the variable
   const WeightDtype weights = parse_weights(o.weights);
 
-  // Dtype lists: all (default), auto (resolve_dtypes: environment, then the weights rule), or one.
-  std::optional<DispatchDtype> one_dispatch;
-  std::optional<CombineDtype> one_combine;
-  const bool dispatch_all = o.dispatch_dtype == "all", combine_all = o.combine_dtype == "all";
-  const bool dispatch_auto = o.dispatch_dtype == "auto", combine_auto = o.combine_dtype == "auto";
-  if (!dispatch_all && !dispatch_auto) {
-    try {
-      one_dispatch = parse_dispatch_dtype(o.dispatch_dtype);
-    } catch (const InvalidArgument&) {
-      bad_argument("--dispatch-dtype", o.dispatch_dtype,
-                   "'" + o.dispatch_dtype + "' is not a dispatch dtype; valid values: all|auto|" +
-                       valid_dispatch_values());
-    }
-  }
-  if (!combine_all && !combine_auto) {
-    try {
-      one_combine = parse_combine_dtype(o.combine_dtype);
-    } catch (const InvalidArgument&) {
-      bad_argument("--combine-dtype", o.combine_dtype,
-                   "'" + o.combine_dtype + "' is not a combine dtype; valid values: all|auto|" +
-                       valid_combine_values());
-    }
-  }
-  if (dispatch_auto || combine_auto) {
-    const DtypeResolution res = resolve_dtypes(one_dispatch, one_combine, weights, knobs);
-    if (dispatch_auto) {
-      one_dispatch = res.dispatch;
-      plan.notes.push_back(std::string("dispatch dtype auto -> ") + short_name(res.dispatch) +
-                           " (" + res.dispatch_origin + ")");
-    }
-    if (combine_auto) {
-      one_combine = res.combine;
-      plan.notes.push_back(std::string("combine dtype auto -> ") + short_name(res.combine) + " (" +
-                           res.combine_origin + ")");
-    }
-  }
+  // Dtype lists: all (default), auto (resolve_dtypes: environment, then the weights rule), one,
+  // or several, comma-separated (each once); every pair of the two lists runs.
   std::vector<DispatchDtype> dispatch_list(std::begin(kAllDispatchDtypes),
                                            std::end(kAllDispatchDtypes));
   std::vector<CombineDtype> combine_list(std::begin(kAllCombineDtypes),
                                          std::end(kAllCombineDtypes));
-  if (one_dispatch) dispatch_list = {*one_dispatch};
-  if (one_combine) combine_list = {*one_combine};
+  const bool dispatch_all = o.dispatch_dtype == "all", combine_all = o.combine_dtype == "all";
+  const bool dispatch_auto = o.dispatch_dtype == "auto", combine_auto = o.combine_dtype == "auto";
+  if (!dispatch_all && !dispatch_auto) {
+    dispatch_list =
+        dtype_list<DispatchDtype>("--dispatch-dtype", o.dispatch_dtype, valid_dispatch_values(),
+                                  [](const std::string& v) { return parse_dispatch_dtype(v); });
+  }
+  if (!combine_all && !combine_auto) {
+    combine_list =
+        dtype_list<CombineDtype>("--combine-dtype", o.combine_dtype, valid_combine_values(),
+                                 [](const std::string& v) { return parse_combine_dtype(v); });
+  }
+  if (dispatch_auto || combine_auto) {
+    // The other leg's dtype when it is one (a list or all leaves it to the rule).
+    std::optional<DispatchDtype> one_dispatch;
+    std::optional<CombineDtype> one_combine;
+    if (!dispatch_all && !dispatch_auto && dispatch_list.size() == 1)
+      one_dispatch = dispatch_list[0];
+    if (!combine_all && !combine_auto && combine_list.size() == 1) one_combine = combine_list[0];
+    const DtypeResolution res = resolve_dtypes(one_dispatch, one_combine, weights, knobs);
+    if (dispatch_auto) {
+      dispatch_list = {res.dispatch};
+      plan.notes.push_back(std::string("dispatch dtype auto -> ") + short_name(res.dispatch) +
+                           " (" + res.dispatch_origin + ")");
+    }
+    if (combine_auto) {
+      combine_list = {res.combine};
+      plan.notes.push_back(std::string("combine dtype auto -> ") + short_name(res.combine) + " (" +
+                           res.combine_origin + ")");
+    }
+  }
   for (DispatchDtype d : dispatch_list) {
     for (CombineDtype c : combine_list) plan.pairs.push_back({d, c, 0});
   }

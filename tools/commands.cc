@@ -1,8 +1,9 @@
-// The shared pieces of commands.h: the bad-argument error and the log buffer.
+// The shared pieces of commands.h: the bad-argument error, list splitting and the log buffer.
 #include "commands.h"
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 
 #include "moe_ep/errors.h"
@@ -11,6 +12,17 @@ namespace moe_ep::cli {
 
 void bad_argument(const std::string& flag, const std::string& value, const std::string& rule) {
   throw InvalidArgument(flag + "=" + value + ": " + rule);
+}
+
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> items;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t comma = std::min(text.find(',', start), text.size());
+    items.push_back(text.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return items;
 }
 
 LogBuffer::~LogBuffer() { set_log_sink({}); }

@@ -22,6 +22,9 @@ namespace moe_ep::cli {
 [[noreturn]] void bad_argument(const std::string& flag, const std::string& value,
                                const std::string& rule);
 
+// The items of a comma-separated list ("8,16,32"); an empty item stays, to be rejected.
+std::vector<std::string> split_list(const std::string& text);
+
 // A failure while running (not a bad argument): main prints it as one line and exits 1.
 class RunFailure : public std::runtime_error {
  public:
