@@ -35,9 +35,9 @@ constexpr ShapeDefaults kCudaDefaults = {0, 4096, 7168, 256, 8, 20, 5};
 constexpr int kDecodeTokens = 128;
 
 // A dtype option's dtypes: one, or a comma-separated list, each once and none of all|auto (those
-// stand alone). `parse` throws InvalidArgument for a value that is no dtype.
+// stand alone). `parse` throws InvalidArgument for a value that is no `leg` dtype.
 template <typename Dtype, typename Parse>
-std::vector<Dtype> dtype_list(const std::string& flag, const std::string& value,
+std::vector<Dtype> dtype_list(const std::string& flag, const char* leg, const std::string& value,
                               const std::string& valid, Parse parse) {
   std::vector<Dtype> dtypes;
   const std::vector<std::string> items = split_list(value);
@@ -50,10 +50,9 @@ std::vector<Dtype> dtype_list(const std::string& flag, const std::string& value,
     try {
       dtype = parse(item);
     } catch (const InvalidArgument&) {
-      bad_argument(
-          flag, value,
-          "'" + item + "' is not a " + (flag == "--dispatch-dtype" ? "dispatch" : "combine") +
-              " dtype; valid values: all|auto|" + valid + ", or several of them comma-separated");
+      bad_argument(flag, value,
+                   "'" + item + "' is not a " + leg + " dtype; valid values: all|auto|" + valid +
+                       ", or several of them comma-separated");
     }
     if (std::find(dtypes.begin(), dtypes.end(), dtype) != dtypes.end()) {
       bad_argument(flag, value, "'" + item + "' names a dtype listed before it; list each once");
@@ -192,22 +191,21 @@ BenchPlan plan_bench(const BenchOptions& o) {
   const bool dispatch_all = o.dispatch_dtype == "all", combine_all = o.combine_dtype == "all";
   const bool dispatch_auto = o.dispatch_dtype == "auto", combine_auto = o.combine_dtype == "auto";
   if (!dispatch_all && !dispatch_auto) {
-    dispatch_list =
-        dtype_list<DispatchDtype>("--dispatch-dtype", o.dispatch_dtype, valid_dispatch_values(),
-                                  [](const std::string& v) { return parse_dispatch_dtype(v); });
+    dispatch_list = dtype_list<DispatchDtype>(
+        "--dispatch-dtype", "dispatch", o.dispatch_dtype, valid_dispatch_values(),
+        [](const std::string& v) { return parse_dispatch_dtype(v); });
   }
   if (!combine_all && !combine_auto) {
-    combine_list =
-        dtype_list<CombineDtype>("--combine-dtype", o.combine_dtype, valid_combine_values(),
-                                 [](const std::string& v) { return parse_combine_dtype(v); });
+    combine_list = dtype_list<CombineDtype>(
+        "--combine-dtype", "combine", o.combine_dtype, valid_combine_values(),
+        [](const std::string& v) { return parse_combine_dtype(v); });
   }
   if (dispatch_auto || combine_auto) {
-    // The other leg's dtype when it is one (a list or all leaves it to the rule).
+    // The other leg's dtype when it names one (all, auto or a list leave it to the rule).
     std::optional<DispatchDtype> one_dispatch;
     std::optional<CombineDtype> one_combine;
-    if (!dispatch_all && !dispatch_auto && dispatch_list.size() == 1)
-      one_dispatch = dispatch_list[0];
-    if (!combine_all && !combine_auto && combine_list.size() == 1) one_combine = combine_list[0];
+    if (dispatch_list.size() == 1) one_dispatch = dispatch_list[0];
+    if (combine_list.size() == 1) one_combine = combine_list[0];
     const DtypeResolution res = resolve_dtypes(one_dispatch, one_combine, weights, knobs);
     if (dispatch_auto) {
       dispatch_list = {res.dispatch};
