@@ -304,6 +304,11 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
         const OwnRowOfY own{p.y + (own_row >= 0 ? own_row : 0) * hidden, hidden};
         if (routes.mask == uint64_t{1} << p.info.rank) {  // no other rank's row to wait for
           if (token_slices == 1) {  // the bounds as constants: a runtime range spilled (int8)
+            // The row's steps after the first unrolled one hit L2 (prefetch_l2).
+            if (c.lane == 0) {
+              prefetch_l2(own.row + kElemsPerWarpStep * kCombineUnroll,
+                          2 * (static_cast<int64_t>(hidden) - kElemsPerWarpStep * kCombineUnroll));
+            }
             reduce_own_row_only<F>(own, p.out + t * hidden, 0, hidden, c.lane);
           } else {
             reduce_own_row_only<F>(own, p.out + t * hidden, begin, end, c.lane);

@@ -97,6 +97,17 @@ __device__ __forceinline__ uint4 load_lane(const uint16_t* row, int64_t elem, in
   return load_stream(reinterpret_cast<const uint4*>(row + elem));
 }
 
+// Asks L2 to fetch [ptr, ptr + bytes) from HBM (one bulk-prefetch instruction, sm_90): a hint
+// with nothing to wait for, no register and no shared memory held. ptr 16-byte aligned, bytes a
+// multiple of 16. A warp that reads a row in several sequential steps prefetches the steps after
+// the first, so that those hit L2 instead of waiting for HBM each (docs/cuda-backend.md,
+// "Prefetching rows into L2").
+__device__ __forceinline__ void prefetch_l2(const void* ptr, int64_t bytes) {
+  if (bytes <= 0) return;
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(__cvta_generic_to_global(ptr)),
+               "r"(static_cast<uint32_t>(bytes)));  // orders nothing: no memory clobber
+}
+
 // Store one lane's encoded elements and, for the first lane of a block, the block's scale
 // (the stored word of its Params).
 template <typename F>
