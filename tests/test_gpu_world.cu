@@ -4,7 +4,8 @@
 // for bit with the reference, two rounds per op; pre-quantized input; calls of one op moving
 // between streams; two ops interleaved on two streams; and dispatch + combine finishing while
 // every SM outside their budget is held by a long kernel on another stream, also with one rank
-// on each of two GPUs (TwoGpuBusy, skipped with fewer than 2 GPUs).
+// on each of two GPUs (TwoGpuBusy, skipped with fewer than 2 GPUs); a misaligned x refused on
+// every rank.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -78,6 +79,40 @@ TEST(SingleGpuWorldLimits, BudgetsFitTheGpuOrTheWorldSaysSo) {
   }
   testing::expect_error(testing::outcome_of([&] { make_single_gpu_world(65); }),
                         ErrorCode::kInvalidArgument, {"world_size=65 must be in [1, 64]"});
+}
+
+// A rank whose x starts 2 bytes into its allocation (bf16-aligned, not on 16 bytes) is refused by
+// the host checks before any kernel reads it (a misaligned 16-byte load would end the context):
+// that rank names x and the rule, the other names the rank that rejected, and the op then
+// dispatches a good round on every rank.
+TEST(SingleGpuWorldAlignment, MisalignedXOnOneRankFailsEveryRankAndTheOpStaysUsable) {
+  if (!testing::have_gpu()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
+  constexpr int kWorld = 2;
+  const OpConfig c = world_test_config(kWorld, {DispatchDtype::fp8, CombineDtype::bf16});
+  const std::vector<RankInput> inputs = world_test_inputs(c, kWorld, 7);
+  std::vector<testing::RankOutcome> refused(kWorld);
+  std::vector<int64_t> recv(kWorld, -1);
+  testing::run_world(
+      make_single_gpu_world(kWorld), [&](int rank, const std::shared_ptr<Communicator>& comm) {
+        auto op = testing::kept_op(comm, c);
+        TestStream stream;
+        testing::DeviceInput in(inputs[rank], 0);
+        DispatchArgs args = in.view;
+        args.stream = stream.s;
+        // 8 bf16 more than x needs, so the shifted view stays inside the allocation.
+        const testing::DeviceBuffer padded = testing::DeviceBuffer::copy_of(
+            std::vector<uint16_t>(static_cast<size_t>(inputs[rank].num_tokens + 1) * c.hidden, 0));
+        DispatchArgs shifted = args;
+        if (rank == 1) shifted.x.data = static_cast<char*>(padded.ptr.get()) + 2;
+        refused[rank] = testing::outcome_of([&] { op->dispatch(shifted); });
+        const DispatchResult d = op->dispatch(args);
+        op->synchronize(stream.s);
+        recv[rank] = d.num_recv;
+      });
+  testing::expect_error(refused[1], ErrorCode::kInvalidArgument,
+                        {"x=bf16[", "not a multiple of 16 bytes", "16-byte boundary"}, 1);
+  testing::expect_error(refused[0], ErrorCode::kInvalidArgument, {"rank 1 rejected its input"}, 0);
+  for (int r = 0; r < kWorld; ++r) EXPECT_GE(recv[r], 0) << "rank " << r << ": op unusable";
 }
 
 TEST(SingleGpuWorldStreams, CallsMoveBetweenStreams) {

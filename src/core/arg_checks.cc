@@ -1,6 +1,8 @@
 // Host checks of the arguments of dispatch, combine and decode mode; see arg_checks.h.
 #include "core/arg_checks.h"
 
+#include <cstdint>
+#include <sstream>
 #include <string>
 
 #include "core/check.h"
@@ -18,6 +20,29 @@ void check_device(const char* name, const TensorView& t, ArgDevice device) {
                     (device.type == DeviceType::kCpu || t.device_index == device.index);
   MOE_EP_CHECK_ARG(same, name, "=", t.describe(), " is not on ", device_name(device),
                    "; this op takes tensors on ", device_name(device));
+}
+
+// The CUDA backend moves rows 16 bytes a lane (x, y and out, and the payload of a pre-quantized
+// x) and reads every other tensor by its element type; a misaligned vector access would end the
+// CUDA context with an error that names no argument, so the pointers are checked here. The CPU
+// backend reads bytes wherever they are.
+constexpr int64_t kCudaRowAlignBytes = 16;
+enum class Access { kRows, kElements };
+
+void check_alignment(const char* name, const TensorView& t, ArgDevice device, Access access) {
+  if (device.type != DeviceType::kCuda || t.data == nullptr) return;
+  const int64_t align = access == Access::kRows ? kCudaRowAlignBytes : element_size(t.dtype);
+  const auto address = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(t.data));
+  if (align <= 1 || address % static_cast<uint64_t>(align) == 0) return;
+  std::ostringstream hex;
+  hex << "0x" << std::hex << address;
+  MOE_EP_CHECK_ARG(false, name, "=", t.describe(), " starts at address ", hex.str(),
+                   ", not a multiple of ", align, " bytes",
+                   access == Access::kRows
+                       ? "; the CUDA backend moves its rows 16 bytes at a time, so it must start "
+                         "on a 16-byte boundary"
+                       : "; the CUDA backend reads it element by element, so it must be aligned "
+                         "to its element size");
 }
 
 }  // namespace
@@ -78,6 +103,10 @@ int64_t check_dispatch_args(const OpConfig& config, const DispatchArgs& args, Ar
                device);
   check_matrix("topk_weights", args.topk_weights, ScalarType::kFloat32, t, "num_tokens of x", k,
                "topk", device);
+  check_alignment("x", x, device, Access::kRows);
+  if (*prequantized) check_alignment("x_scales", args.x_scales, device, Access::kElements);
+  check_alignment("topk_idx", args.topk_idx, device, Access::kElements);
+  check_alignment("topk_weights", args.topk_weights, device, Access::kElements);
   return t;
 }
 
@@ -99,6 +128,8 @@ void check_combine_args(const OpConfig& config, const Handle& latest, const Hand
                "hidden", device);
   check_matrix("out", out, ScalarType::kBFloat16, handle.num_tokens, "handle.num_tokens",
                config.hidden, "hidden", device);
+  check_alignment("y", y, device, Access::kRows);
+  check_alignment("out", out, device, Access::kRows);
 }
 
 void check_low_latency_enabled(const OpConfig& config) {
@@ -140,6 +171,8 @@ void check_low_latency_combine_args(const OpConfig& config, int world_size,
   MOE_EP_CHECK_ARG(y.data != nullptr, "y is a null pointer; expected ", expected);
   check_matrix("out", out, ScalarType::kBFloat16, handle.num_tokens, "handle.num_tokens",
                config.hidden, "hidden", device);
+  check_alignment("y", y, device, Access::kRows);
+  check_alignment("out", out, device, Access::kRows);
 }
 
 }  // namespace moe_ep

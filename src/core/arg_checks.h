@@ -1,6 +1,8 @@
 // Host checks of the arguments of dispatch, combine and their decode-mode counterparts, shared by
 // every backend (docs/design.md#errors): shapes, dtypes, devices and handles, O(1), always on.
 // Each failure throws InvalidArgument naming the argument, what it got and what was expected.
+// On a CUDA device the pointers must also be aligned: 16 bytes for x, y and out (rows move 16
+// bytes a lane), the element size for the other tensors.
 // Data scans (expert ids, non-finite values) are the backends' own: the CPU scans on the host,
 // the CUDA backend in its validate kernel.
 #pragma once
