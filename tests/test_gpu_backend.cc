@@ -160,6 +160,94 @@ TEST(GpuBackend, WorldSizeOneEqualsCpu) {
   }
 }
 
+// Blocks the kernels' fast encode paths do not take, among rows they do: a zero block, a block of
+// bf16 subnormals (mxfp4's fast path needs a maximum of at least 2^-126), the largest finite
+// bf16, and with `nonfinite` +Inf, -Inf, NaNs and a whole NaN block. Token t gets pattern t % 9
+// (8 leaves the row alone, 0 too but for the NaN block on odd t) in its slice of 1024 elements
+// (t / 9) % slices, at block offset (t / 3) % 8 of 128 elements inside it, so that at a hidden
+// size of a multiple of 1024 (the whole-slice path, dispatch.cuh) one odd block sends its whole
+// slice down the general path while its neighbours stay fast, and at other sizes the general
+// kernel meets the same blocks.
+void plant_special_blocks(std::vector<std::vector<RankInput>>& rounds, bool nonfinite) {
+  for (auto& round : rounds) {
+    for (RankInput& in : round) {
+      const int64_t slices = (in.hidden + 1023) / 1024;
+      for (int64_t t = 0; t < in.num_tokens; ++t) {
+        uint16_t* row = in.x.data() + t * in.hidden;
+        const int64_t base =
+            std::min<int64_t>(1024 * ((t / 9) % slices) + 128 * ((t / 3) % 8), in.hidden - 128);
+        uint16_t* block = row + base;  // 128 elements: one fp8 block, four mxfp4 blocks
+        switch (t % 9) {
+          case 1: std::fill(block, block + 32, uint16_t{0}); break;  // zero
+          case 2:
+            for (int i = 0; i < 32; ++i) block[32 + i] = static_cast<uint16_t>(1 + 3 * i);
+            break;  // subnormals, one of them negative below
+          case 3:
+            block[5] = 0x7f7f;
+            block[70] = 0xff7f;
+            break;  // +-largest finite
+          case 4: std::fill(block, block + 128, uint16_t{0}); break;
+          case 5:
+            if (nonfinite) block[17] = 0x7f80;
+            break;  // +Inf
+          case 6:
+            if (nonfinite) block[100] = 0xff80;
+            break;  // -Inf
+          case 7:
+            if (nonfinite) {
+              block[3] = 0x7fc0;
+              block[64] = 0xffc1;
+            }  // quiet NaNs, any payload
+            break;
+          default: break;
+        }
+        if (t % 9 == 2) block[40] |= 0x8000;
+        if (nonfinite && t % 9 == 0 && t % 2 == 1)
+          std::fill(block + 96, block + 128, uint16_t{0x7fc1});
+      }
+    }
+  }
+}
+
+void run_special_blocks(bool nonfinite) {
+  const uint64_t seed = test_seed();
+  const int world = cuda_device_count();
+  for (int hidden : {2048, 7168, 1152}) {  // whole slices, whole slices, a 128-element tail
+    for (const DtypePair& pair : all_pairs()) {
+      OpConfig config;
+      config.num_experts = 8 * world;
+      config.hidden = hidden;
+      config.topk = 3;
+      config.max_tokens_per_rank = 200;
+      config.dispatch_dtype = pair.dispatch;
+      config.combine_dtype = pair.combine;
+      InputSpec spec{config, world, 0.1, -1, false};
+      std::vector<std::vector<RankInput>> rounds = {
+          make_inputs(spec, seed + hidden, std::vector<int64_t>(world, 200))};
+      plant_special_blocks(rounds, nonfinite);
+      SCOPED_TRACE("seed " + std::to_string(seed + hidden) + " pair " + pair_name(pair) +
+                   " hidden " + std::to_string(hidden));
+      const auto cpu = run_rounds(config, world, rounds);
+      check_round(config, world, cpu[0], 1);
+      const auto cuda = run_rounds_cuda(config, world, rounds);
+      expect_equal_rounds(cuda[0], cpu[0], world);
+    }
+  }
+}
+
+TEST(GpuBackend, ExtremeFiniteBlocksEqualCpu) {
+  MOE_EP_REQUIRE_GPU();
+  run_special_blocks(/*nonfinite=*/false);
+}
+
+// Inf and NaN in x pass only with validation off (MOE_EP_VALIDATE=0 rejects them); their own
+// ctest entry (tests/unvalidated.cmake).
+TEST(GpuBackendUnvalidated, NonFiniteBlocksEqualCpu) {
+  MOE_EP_REQUIRE_GPU();
+  if (Knobs::get().validate) GTEST_SKIP() << "needs MOE_EP_VALIDATE=0 (its own ctest entry)";
+  run_special_blocks(/*nonfinite=*/true);
+}
+
 // The copy-engine path (docs/cuda-backend.md#the-copy-engine-path) between real GPUs: copies into
 // the peers' NCCL symmetric windows (tests/test_gpu_copy_engine.cc covers W ranks on one GPU).
 TEST(GpuBackend, CopyEngineAllPairsEqualCpu) {

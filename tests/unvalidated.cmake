@@ -10,3 +10,9 @@ add_test(NAME unvalidated.GpuBackend.RepeatedExpertsInATokenEqualCpu
 set_tests_properties(unvalidated.GpuBackend.RepeatedExpertsInATokenEqualCpu PROPERTIES
                      LABELS gpu ENVIRONMENT "MOE_EP_VALIDATE=0" TIMEOUT 120
                      SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]")
+
+add_test(NAME unvalidated.GpuBackend.NonFiniteBlocksEqualCpu
+         COMMAND test_gpu_backend --gtest_filter=GpuBackendUnvalidated.NonFiniteBlocksEqualCpu)
+set_tests_properties(unvalidated.GpuBackend.NonFiniteBlocksEqualCpu PROPERTIES
+                     LABELS gpu ENVIRONMENT "MOE_EP_VALIDATE=0" TIMEOUT 120
+                     SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]")

@@ -285,6 +285,61 @@ __device__ __forceinline__ void encode_lane(const uint4& v, LaneWord<F>& word,
   }
 }
 
+// encode_lane for the kChunks warp steps of a slice at once, for the formats whose fast path
+// needs a finite (fp8 blockwise) or normal-range (mxfp4) block maximum: the block maxima of
+// every step first, then one vote for the whole slice; if any lane's block of any step leaves
+// the fast range, every step takes encode_lane (which votes again and, for such a step, takes
+// the reference path; the reference gives the fast path's bits wherever both apply). One vote
+// and one branch a slice instead of one a step; the fp8 lane pair's parity read once. All 32
+// lanes must call it. Other formats: encode_lane step by step.
+template <typename F, int kChunks>
+__device__ __forceinline__ void encode_lanes(const uint4 (&v)[kChunks],
+                                             LaneWord<F> (&word)[kChunks],
+                                             typename F::Scale (&stored)[kChunks]) {
+  if constexpr (std::is_same_v<F, Fp8BlockWire> || std::is_same_v<F, Mxfp4Wire>) {
+    uint32_t a[kChunks];
+    bool fast = true;
+#pragma unroll
+    for (int u = 0; u < kChunks; ++u) {
+      a[u] = block_amax_bits<F::kBlock / kElemsPerLane>(v[u]);
+      if constexpr (std::is_same_v<F, Fp8BlockWire>) {
+        fast = fast && a[u] < 0x7f80u;
+      } else {
+        fast = fast && (a[u] == 0 || (a[u] >= 0x0100u && a[u] < 0x7f80u));
+      }
+    }
+    if (__all_sync(0xffffffffu, fast)) {
+#pragma unroll
+      for (int u = 0; u < kChunks; ++u) {
+        if constexpr (std::is_same_v<F, Fp8BlockWire>) {
+          const typename F::Params params = fp8_block_params_by_pairs(__uint_as_float(a[u] << 16));
+          stored[u] = params.stored;
+          word[u] = e4m3x8(v[u], params.inv);
+        } else {
+          typename F::Params params;
+          if (a[u] == 0) {
+            params = F::block_params(0.0f, false);
+          } else {
+            const uint32_t s = (a[u] >> 7) - 2;  // as encode_lane
+            params.stored = static_cast<uint8_t>(s);
+            params.inv = __uint_as_float((254u - s) << 23);
+          }
+          stored[u] = params.stored;
+          word[u] = e2m1x2(v[u].x, params.inv) | (e2m1x2(v[u].y, params.inv) << 8) |
+                    (e2m1x2(v[u].z, params.inv) << 16) | (e2m1x2(v[u].w, params.inv) << 24);
+        }
+      }
+      return;
+    }
+  }
+#pragma unroll
+  for (int u = 0; u < kChunks; ++u) {
+    typename F::Params params;
+    encode_lane<F>(v[u], word[u], params);
+    stored[u] = params.stored;
+  }
+}
+
 // A round trip in registers: adds decode(encode(v)) element by element to acc, the bits that
 // encode_lane, a store, a load and lane_decode_add would give, where `add` is true (all 32 lanes
 // must call it: the encode shuffles). Combine's own rows take it (they are never sent). For

@@ -6,8 +6,11 @@ namespace moe_ep::cuda_backend {
 template <typename F, bool kPrequantized>
 static cudaError_t launch_dispatch_as(const DispatchParams& p, int num_blocks, cudaStream_t stream,
                                       bool with_wait) {
-  const auto kernel = p.nodes.several() ? dispatch_kernel<F, kPrequantized, true>
-                                        : dispatch_kernel<F, kPrequantized, false>;
+  auto kernel = p.nodes.several() ? dispatch_kernel<F, kPrequantized, true>
+                                  : dispatch_kernel<F, kPrequantized, false>;
+  if constexpr (!kPrequantized && F::kBitsPerElem != 16) {
+    if (dispatch_whole_slices<F>(p, kPrequantized)) kernel = dispatch_kernel<F, false, false, true>;
+  }
   cudaError_t status =
       launch_following(kernel, dim3(num_blocks), dim3(Policy::kDataThreads), 0, stream, p);
   if (status != cudaSuccess || !with_wait) return status;
@@ -35,6 +38,9 @@ cudaError_t preload_dispatch_kernels() {
       if (s == cudaSuccess) s = load_kernel(dispatch_kernel<F, false, false>);
       if (s == cudaSuccess) s = load_kernel(dispatch_kernel<F, true, true>);
       if (s == cudaSuccess) s = load_kernel(dispatch_kernel<F, false, true>);
+      if constexpr (F::kBitsPerElem != 16) {
+        if (s == cudaSuccess) s = load_kernel(dispatch_kernel<F, false, false, true>);
+      }
       return s;
     });
     if (status != cudaSuccess) return status;

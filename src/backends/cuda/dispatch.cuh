@@ -170,6 +170,47 @@ __device__ __forceinline__ void send_encoded(const DispatchParams& p, const Recv
   }
 }
 
+// Sender role, payload from bf16 in a quantized format, one node, for a slice that lies wholly
+// inside the row (hidden a multiple of the slice, as 7168 is): send_encoded's bits without its
+// per-step bounds tests, zeroed loads and 64-bit element arithmetic (elements and scale indices
+// in 32 bits: hidden <= 65536), and with one Inf/NaN vote a slice (encode_lanes). v25: of the
+// fp8 kernel's 502 instructions a slice, 60-80 served those (docs/perf-notes.md, open leads).
+template <typename F>
+__device__ __forceinline__ void send_encoded_whole(const DispatchParams& p, const RecvFields& f,
+                                                   int64_t t, int begin, const TokenRoutes& routes,
+                                                   uint64_t direct, int lane) {
+  const int hidden = p.info.hidden;
+  const int64_t payload_bytes = p.layout.dispatch_payload_bytes;
+  const int64_t scale_bytes = p.layout.dispatch_scale_bytes;
+  const uint16_t* src =
+      static_cast<const uint16_t*>(p.x) + t * hidden + begin + lane * kElemsPerLane;
+  uint4 v[kDispatchUnroll];
+#pragma unroll
+  for (int u = 0; u < kDispatchUnroll; ++u) {
+    v[u] = load_stream(reinterpret_cast<const uint4*>(src + u * kElemsPerWarpStep));
+  }
+  LaneWord<F> words[kDispatchUnroll];
+  typename F::Scale stored[kDispatchUnroll];
+  formats::encode_lanes<F, kDispatchUnroll>(v, words, stored);
+  // This lane's first element in the slice; a block's first lane stores its scale.
+  const int first = begin + lane * kElemsPerLane;
+  constexpr int kLanesPerBlock = F::kBlock / kElemsPerLane;
+  const bool scale_lane = lane % kLanesPerBlock == 0;
+  for (uint64_t m = direct; m != 0;) {
+    const int d = next_dest(m);
+    const int64_t row = routes.row(d);
+    char* payload_row = p.peers.base[d] + f.payload + row * payload_bytes;
+    auto* scale_row =
+        reinterpret_cast<typename F::Scale*>(p.peers.base[d] + f.scales + row * scale_bytes);
+#pragma unroll
+    for (int u = 0; u < kDispatchUnroll; ++u) {
+      const int elem = first + u * kElemsPerWarpStep;
+      *reinterpret_cast<LaneWord<F>*>(payload_row + elem * F::kBitsPerElem / 8) = words[u];
+      if (scale_lane) scale_row[elem / F::kBlock] = stored[u];
+    }
+  }
+}
+
 // Sender role, pre-quantized payload and scales: 16-byte copies of the payload, byte copies of
 // the scales (a few dozen bytes per row).
 __device__ __forceinline__ void send_bytes(const DispatchParams& p, const RecvFields& f, int64_t t,
@@ -219,9 +260,14 @@ __device__ __forceinline__ void send_bytes(const DispatchParams& p, const RecvFi
 
 // kNodes: several nodes (staged rows); the one-node instantiation keeps the registers it had
 // before the path across nodes existed (64 is the cap at 2 blocks per SM).
-template <typename F, bool kPrequantized, bool kNodes>
+// kWhole (dispatch_whole_slices: one node, from bf16 to a quantized format, every slice inside
+// the row): the slices take send_encoded_whole, in an instantiation of their own so that the
+// general path's registers do not weigh on it.
+template <typename F, bool kPrequantized, bool kNodes, bool kWhole = false>
 __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm)
     dispatch_kernel(DispatchParams p) {
+  static_assert(!kWhole || (!kPrequantized && !kNodes && F::kBitsPerElem != 16),
+                "the whole-slice path is for one node, from bf16, to a quantized format");
   // Following notify (dispatch.cu); nothing here waits on a peer, so the wait kernel may launch.
   wait_previous_kernel();
   let_next_kernel_launch();
@@ -259,8 +305,13 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
       send_bytes(p, fields, t, routes, direct, staged, c.lane);
     } else {
       for (int64_t slice = first; slice < first + slices_per_item; ++slice) {
-        send_encoded<F, kNodes>(p, fields, t, slice * kDispatchSliceElems, routes, direct, staged,
-                                c.lane);
+        if constexpr (kWhole) {
+          send_encoded_whole<F>(p, fields, t, static_cast<int>(slice * kDispatchSliceElems), routes,
+                                direct, c.lane);
+        } else {
+          send_encoded<F, kNodes>(p, fields, t, slice * kDispatchSliceElems, routes, direct, staged,
+                                  c.lane);
+        }
       }
     }
   }
@@ -271,6 +322,13 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
   // get it from their forwarder (nodes.cuh).
   signal_when_grid_done(p.block_counter, p.peers.base + p.nodes.first_rank(), p.nodes.node_size,
                         p.layout.done_offset(info.rank), p.step);
+}
+
+// Whether a dispatch takes dispatch_kernel's kWhole instantiation.
+template <typename F>
+inline bool dispatch_whole_slices(const DispatchParams& p, bool prequantized) {
+  return F::kBitsPerElem != 16 && !prequantized && !p.nodes.several() &&
+         p.info.hidden % kDispatchSliceElems == 0;
 }
 
 // Receiver role: wait until every source has released its done flag for this call.
