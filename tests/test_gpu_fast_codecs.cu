@@ -4,7 +4,8 @@
 // direct cast, all 65536 bf16 patterns (NaN and Inf included, which send their warp down the
 // reference path) in blocks led by 40 maxima from the smallest normal to the largest finite bf16;
 // for mxfp4, every bf16 value up to each of the 256 block maxima 2^(e+2) (every e8m0 exponent the
-// encoder can produce, plus zero and subnormal maxima); for int8/e3m4, all 65536 patterns in
+// encoder can produce, plus zero and subnormal maxima), the two also a slice of 4 steps at a time
+// (encode_lanes, the dispatch kernel's whole-slice path); for int8/e3m4, all 65536 patterns in
 // blocks led by 44 maxima across the bf16 range and at the edges of its fast path
 // (tests/test_gpu_formats.cu sweeps every value in every position as well). The device encodes warp-step by warp-step
 // (256 elements, 8 per lane) exactly as the data kernels do; the host encodes the same rows with
@@ -52,8 +53,39 @@ __global__ void encode_steps_kernel(const uint16_t* x, int64_t num_steps, uint8_
   }
 }
 
-// Encodes `x` (a multiple of 256 elements) on the GPU and on the host; expects equal bytes.
+// Warp w encodes the slice of 4 warp steps [w * 1024, (w + 1) * 1024) of `x` at once, through
+// encode_lanes, as the dispatch kernel's whole-slice path does (lane l holds elements
+// l * 8 + u * 256 of step u).
+constexpr int kSliceSteps = 4;
 template <typename F>
+__global__ void encode_slices_kernel(const uint16_t* x, int64_t num_steps, uint8_t* payload,
+                                     uint8_t* scales) {
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
+  for (int64_t w = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32; w < num_steps / kSliceSteps;
+       w += warps) {
+    uint4 v[kSliceSteps];
+    for (int u = 0; u < kSliceSteps; ++u) {
+      v[u] =
+          *reinterpret_cast<const uint4*>(x + (w * kSliceSteps + u) * kStep + lane * kElemsPerLane);
+    }
+    LaneWord<F> words[kSliceSteps];
+    typename F::Scale stored[kSliceSteps];
+    encode_lanes<F, kSliceSteps>(v, words, stored);
+    for (int u = 0; u < kSliceSteps; ++u) {
+      const int64_t elem = (w * kSliceSteps + u) * kStep + lane * kElemsPerLane;
+      *reinterpret_cast<LaneWord<F>*>(payload + payload_bytes_of<F>(elem)) = words[u];
+      if (elem % F::kBlock == 0) {
+        reinterpret_cast<typename F::Scale*>(scales)[elem / F::kBlock] = stored[u];
+      }
+    }
+  }
+}
+
+// Encodes `x` (a multiple of 256 elements; of 1024 with kSlices) on the GPU and on the host;
+// expects equal bytes. kSlices: by encode_lanes a slice at a time, else encode_lane a step at a
+// time.
+template <typename F, bool kSlices = false>
 void expect_device_equals_host(const std::vector<uint16_t>& x, const char* what) {
   const int64_t n = static_cast<int64_t>(x.size());
   ASSERT_EQ(n % kStep, 0);
@@ -66,9 +98,16 @@ void expect_device_equals_host(const std::vector<uint16_t>& x, const char* what)
   testing::DeviceBuffer dx = testing::DeviceBuffer::copy_of(x);
   testing::DeviceBuffer dp = testing::DeviceBuffer::of_bytes(payload_n);
   testing::DeviceBuffer ds = testing::DeviceBuffer::of_bytes(want_scales.size());
-  encode_steps_kernel<F><<<264, 512>>>(static_cast<const uint16_t*>(dx.ptr.get()), n / kStep,
-                                       static_cast<uint8_t*>(dp.ptr.get()),
-                                       static_cast<uint8_t*>(ds.ptr.get()));
+  if constexpr (kSlices) {
+    ASSERT_EQ(n % (kSliceSteps * kStep), 0);
+    encode_slices_kernel<F><<<264, 512>>>(static_cast<const uint16_t*>(dx.ptr.get()), n / kStep,
+                                          static_cast<uint8_t*>(dp.ptr.get()),
+                                          static_cast<uint8_t*>(ds.ptr.get()));
+  } else {
+    encode_steps_kernel<F><<<264, 512>>>(static_cast<const uint16_t*>(dx.ptr.get()), n / kStep,
+                                         static_cast<uint8_t*>(dp.ptr.get()),
+                                         static_cast<uint8_t*>(ds.ptr.get()));
+  }
   MOE_EP_CUDA_CHECK(cudaGetLastError());
   MOE_EP_CUDA_CHECK(cudaDeviceSynchronize());
   std::vector<uint8_t> got_payload(payload_n), got_scales(want_scales.size());
@@ -99,7 +138,7 @@ void expect_device_equals_host(const std::vector<uint16_t>& x, const char* what)
 // Every bf16 pattern, in blocks of `block` elements whose element 0 is a block maximum taken in
 // turn from `maxima`; padded with zeros to whole warp steps.
 std::vector<uint16_t> rows_with_maxima(const std::vector<uint16_t>& values, int block,
-                                       const std::vector<uint16_t>& maxima) {
+                                       const std::vector<uint16_t>& maxima, int pad_to = kStep) {
   std::vector<uint16_t> x;
   for (uint16_t m : maxima) {
     size_t i = 0;
@@ -108,7 +147,7 @@ std::vector<uint16_t> rows_with_maxima(const std::vector<uint16_t>& values, int 
       for (int j = 1; j < block; ++j) x.push_back(i < values.size() ? values[i++] : 0);
     }
   }
-  while (x.size() % kStep != 0) x.push_back(0);
+  while (x.size() % pad_to != 0) x.push_back(0);
   return x;
 }
 
@@ -126,6 +165,11 @@ TEST(GpuFastCodecs, Fp8BlockwiseEqualsTheTraitOnEveryBf16) {
   maxima.push_back(0x0000);           // zero: scale 1 unless the block has more
   expect_device_equals_host<Fp8BlockWire>(rows_with_maxima(all, Fp8BlockWire::kBlock, maxima),
                                           "fp8 blockwise");
+  // A slice (4 steps) at a time: a block outside the fast path sends its whole slice down
+  // encode_lane.
+  expect_device_equals_host<Fp8BlockWire, true>(
+      rows_with_maxima(all, Fp8BlockWire::kBlock, maxima, kSliceSteps * kStep),
+      "fp8 blockwise, by slices");
 }
 
 TEST(GpuFastCodecs, Fp8DirectCastEqualsTheTraitOnEveryBf16) {
@@ -151,6 +195,18 @@ TEST(GpuFastCodecs, Mxfp4EqualsTheTraitForEveryBf16AndEveryExponent) {
     const std::vector<uint16_t> rows = rows_with_maxima(values, Mxfp4Wire::kBlock, {m});
     x.insert(x.end(), rows.begin(), rows.end());
   }
+  // Maxima with a full mantissa (the same e as their power of two, more values below them) at
+  // the edges of the integer path (kMxfp4StepsMinAmax 2^-101 = exponent 26, kMxfp4StepsEndAmax
+  // 2^122 = exponent 249) and at 1.
+  for (uint32_t exponent : {25u, 26u, 27u, 127u, 247u, 248u, 249u}) {
+    const uint16_t m = static_cast<uint16_t>(exponent << 7 | 0x7f);
+    std::vector<uint16_t> values;
+    for (uint32_t i = 0; i < 65536; ++i) {
+      if ((i & 0x7fffu) <= m) values.push_back(static_cast<uint16_t>(i));
+    }
+    const std::vector<uint16_t> rows = rows_with_maxima(values, Mxfp4Wire::kBlock, {m});
+    x.insert(x.end(), rows.begin(), rows.end());
+  }
   std::vector<uint16_t> specials;
   for (uint32_t i = 0x7f80; i <= 0x7fff; i += 0x11) {  // Inf and NaNs, both signs
     specials.push_back(static_cast<uint16_t>(i));
@@ -159,6 +215,13 @@ TEST(GpuFastCodecs, Mxfp4EqualsTheTraitForEveryBf16AndEveryExponent) {
   const std::vector<uint16_t> rows = rows_with_maxima(specials, Mxfp4Wire::kBlock, {0x3f80});
   x.insert(x.end(), rows.begin(), rows.end());
   expect_device_equals_host<Mxfp4Wire>(x, "mxfp4");
+  // A slice (4 steps) at a time, and in another alignment of blocks to slices (by 8 blocks).
+  for (int shift : {0, 256}) {
+    std::vector<uint16_t> y(shift, 0);
+    y.insert(y.end(), x.begin(), x.end());
+    while (y.size() % (kSliceSteps * kStep) != 0) y.push_back(0);
+    expect_device_equals_host<Mxfp4Wire, true>(y, "mxfp4, by slices");
+  }
 }
 
 TEST(GpuFastCodecs, Int8E3m4EqualsTheTraitOnEveryBf16) {

@@ -8,9 +8,11 @@
 //          max and a finiteness test per element;
 //   fp8:   two-element conversions (cvt.rn.satfinite.e4m3x2.f32) of the products x * (448/amax),
 //          each product rounded exactly as the scalar encode rounds it;
-//   mxfp4: the scaled value v = x * 2^-e is exact (a power of two), so its e2m1 code is counted
-//          from comparisons of two values at a time in f16x2 (exact for |v| < 8) against the
-//          rounding midpoints of the e2m1 grid;
+//   mxfp4: rounding x to the e2m1 grid scaled by 2^e is one bf16x2 addition of a power of two
+//          whose last place is the grid's step at x (e2m1x8_by_steps), and the code is the sum's
+//          mantissa plus twice x's binade above 2^e, all on two elements at a time in integer
+//          registers; for block maxima outside [2^-101, 2^122) the codes are counted from
+//          comparisons in f16x2 against the e2m1 grid's rounding midpoints (e2m1x2);
 //   int8/e3m4: the int8 codes and the block's code energy by float additions instead of
 //          float-int conversions; the e3m4 codes only in the lanes whose block picks e3m4.
 // tests/test_gpu_fast_codecs.cu and tests/test_gpu_formats.cu check each path against the scalar
@@ -103,6 +105,65 @@ __device__ __forceinline__ uint32_t e2m1x2(uint32_t w, float inv) {
   const uint32_t sign_lo = (__float_as_uint(lo) >> 28) & 0x8u;
   const uint32_t sign_hi = (__float_as_uint(hi) >> 28) & 0x8u;
   return (code_lo | sign_lo) | ((code_hi | sign_hi) << 4);
+}
+
+// e2m1 codes of a lane's 8 bf16 values in a block with e = floor(log2(amax)) - 2, for block
+// maxima in [2^-101, 2^122) (mxfp4_by_steps) or a zero block, with `one` = the bf16 bits of 2^e
+// in both halves (0 for a zero block). Per element, on both halves of a word at once:
+//   B   = max(binade of |x|, 2^e): the grid's step at x is B / 2 (e2m1 steps 0.5, 1, 2 on the
+//         scaled binades below 2, [2, 4), [4, 8));
+//   M   = 64 B, whose last place (bf16 keeps 7 mantissa bits) is that step;
+//   t   = |x| + M in bf16, rounded to nearest even: |x| < 2B, so t stays in M's binade and its
+//         mantissa is n = |x| / step rounded, ties to the even n (0 .. 4);
+//   code = n + 2 log2(B / 2^e), at most 7: n on [0, 2), n + 2 on [2, 4), n + 4 on [4, 8) (8
+//         saturates to 6.0's code 7), with the code's parity n's: the scalar rule (nearest,
+//         ties to the even code, saturating). The sign is x's sign bit, -0 included.
+// Exact because M and t are normal and finite: B <= amax's binade < 2^122 keeps M below 2^128,
+// and from amax >= 2^-101 the step is at least 2^-104, so a subnormal |x| (< 2^-126) rounds to
+// n = 0 whether or not the addition keeps it. 12 to 13 integer instructions a word, against
+// about 30 for e2m1x2's comparisons and conversions.
+inline constexpr uint32_t kMxfp4StepsMinAmax = 0x0d00;  // bf16 bits of 2^-101
+inline constexpr uint32_t kMxfp4StepsEndAmax = 0x7c80;  // bf16 bits of 2^122
+
+__device__ __forceinline__ bool mxfp4_by_steps(uint32_t amax_bits) {
+  return amax_bits == 0 || (amax_bits >= kMxfp4StepsMinAmax && amax_bits < kMxfp4StepsEndAmax);
+}
+
+// The e2m1 codes of one word's two elements: element 2i's in bits 0-3, 2i+1's in bits 16-19.
+__device__ __forceinline__ uint32_t e2m1_pair_by_steps(uint32_t w, uint32_t one) {
+  const uint32_t binade = __vmaxu2(w & 0x7f807f80u, one);
+  const uint32_t m = binade + 0x03000300u;  // 64 B: six binades up
+  uint32_t t;
+  asm("add.rn.bf16x2 %0, %1, %2;" : "=r"(t) : "r"(w & 0x7fff7fffu), "r"(m));
+  // (binade - one) >> 6 is 2 log2(B / 2^e) in each half: 0, 0x80 or 0x100 before the shift,
+  // whose low bits are zero, so the high half shifts nothing into the low one.
+  const uint32_t code = __vminu2(t - m + ((binade - one) >> 6), 0x00070007u);
+  return code | ((w >> 12) & 0x00080008u);
+}
+
+__device__ __forceinline__ uint32_t e2m1x8_by_steps(const uint4& v, uint32_t one) {
+  // Two words' codes side by side: y holds elements 0 and 2 in bits 0-3 and 8-11, 1 and 3 in
+  // bits 16-19 and 24-27; folding the high half down by 12 bits puts 1 and 3 in bits 4-7 and
+  // 12-15, and the low halves of two folds are the word (element 2i in the low nibble).
+  const auto fold = [one](uint32_t a, uint32_t b) {
+    const uint32_t y = e2m1_pair_by_steps(a, one) | (e2m1_pair_by_steps(b, one) << 8);
+    return y | (y >> 12);
+  };
+  return __byte_perm(fold(v.x, v.y), fold(v.z, v.w), 0x5410);
+}
+
+// The block's scale byte and 2^-e for a maximum mxfp4_by_steps takes (a zero block: the
+// trait's zero-block parameters), and 2^e's bf16 bits in both halves (0 for a zero block).
+__device__ __forceinline__ Mxfp4Wire::Params mxfp4_params_by_steps(uint32_t a) {
+  if (a == 0) return Mxfp4Wire::block_params(0.0f, false);
+  Mxfp4Wire::Params params;
+  const uint32_t stored = (a >> 7) - 2;  // e + 127 with e = floor(log2(amax)) - 2
+  params.stored = static_cast<uint8_t>(stored);
+  params.inv = __uint_as_float((254u - stored) << 23);  // 2^-e, exact
+  return params;
+}
+__device__ __forceinline__ uint32_t mxfp4_one(uint32_t a) {
+  return a == 0 ? 0u : (((a >> 7) - 2) << 7) * 0x00010001u;
 }
 
 // --- int8/e3m4 ---------------------------------------------------------------------------------
@@ -254,7 +315,12 @@ __device__ __forceinline__ void encode_lane(const uint4& v, LaneWord<F>& word,
     word = special != 0 ? lane_encode<F>(v, params) : e4m3x8(v, 1.0f);
   } else if constexpr (std::is_same_v<F, Mxfp4Wire>) {
     const uint32_t a = block_amax_bits<F::kBlock / kElemsPerLane>(v);
-    // Fast when the block is all zeros or its maximum is normal with a biased exponent >= 2
+    if (__all_sync(0xffffffffu, mxfp4_by_steps(a))) {
+      params = mxfp4_params_by_steps(a);
+      word = e2m1x8_by_steps(v, mxfp4_one(a));
+      return;
+    }
+    // Else fast when the block is all zeros or its maximum is normal with a biased exponent >= 2
     // (then e = exponent - 129 needs no clamping and 2^-e is a normal float).
     const bool fast = a == 0 || (a >= 0x0100u && a < 0x7f80u);
     if (!__all_sync(0xffffffffu, fast)) {
@@ -286,7 +352,7 @@ __device__ __forceinline__ void encode_lane(const uint4& v, LaneWord<F>& word,
 }
 
 // encode_lane for the kChunks warp steps of a slice at once, for the formats whose fast path
-// needs a finite (fp8 blockwise) or normal-range (mxfp4) block maximum: the block maxima of
+// needs a finite (fp8 blockwise) or mxfp4_by_steps (mxfp4) block maximum: the block maxima of
 // every step first, then one vote for the whole slice; if any lane's block of any step leaves
 // the fast range, every step takes encode_lane (which votes again and, for such a step, takes
 // the reference path; the reference gives the fast path's bits wherever both apply). One vote
@@ -305,7 +371,7 @@ __device__ __forceinline__ void encode_lanes(const uint4 (&v)[kChunks],
       if constexpr (std::is_same_v<F, Fp8BlockWire>) {
         fast = fast && a[u] < 0x7f80u;
       } else {
-        fast = fast && (a[u] == 0 || (a[u] >= 0x0100u && a[u] < 0x7f80u));
+        fast = fast && mxfp4_by_steps(a[u]);
       }
     }
     if (__all_sync(0xffffffffu, fast)) {
@@ -316,17 +382,8 @@ __device__ __forceinline__ void encode_lanes(const uint4 (&v)[kChunks],
           stored[u] = params.stored;
           word[u] = e4m3x8(v[u], params.inv);
         } else {
-          typename F::Params params;
-          if (a[u] == 0) {
-            params = F::block_params(0.0f, false);
-          } else {
-            const uint32_t s = (a[u] >> 7) - 2;  // as encode_lane
-            params.stored = static_cast<uint8_t>(s);
-            params.inv = __uint_as_float((254u - s) << 23);
-          }
-          stored[u] = params.stored;
-          word[u] = e2m1x2(v[u].x, params.inv) | (e2m1x2(v[u].y, params.inv) << 8) |
-                    (e2m1x2(v[u].z, params.inv) << 16) | (e2m1x2(v[u].w, params.inv) << 24);
+          stored[u] = mxfp4_params_by_steps(a[u]).stored;
+          word[u] = e2m1x8_by_steps(v[u], mxfp4_one(a[u]));
         }
       }
       return;
