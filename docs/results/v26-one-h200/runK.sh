@@ -1,9 +1,10 @@
 #!/bin/bash
-# Prepared in session 31, NOT RUN: the run that decides the two untested patches of v25 (see
-# docs/perf-notes.md, open leads). Trees under tmp-gpu/ (copies of main's source): B = main +
-# untested-whole-slice-dispatch.patch, C = main + untested-ll-fused-dispatch.patch; ./ is main
-# (A). ncu (instructions and duration) on the kernels each patch changes, then the benches with
-# the trees alternated. Its tests are next-runL.sh. Usage: bash docs/results/v25-one-h200/next-runK.sh
+# v26 run K (one H200; written in session 31 as v25's next-runK.sh, run in session 32 on main at
+# b5ba73a): the run that decided the two patches of v25. Trees under tmp-gpu/ (copies of main's
+# source): B = main + untested-whole-slice-dispatch.patch, C = main +
+# untested-ll-fused-dispatch.patch (both in docs/results/v25-one-h200/); ./ is main (A). ncu
+# (instructions and duration) on the kernels each patch changes, then the benches with the trees
+# alternated. Its tests are runL.sh. Usage: bash docs/results/v26-one-h200/runK.sh
 set -u
 T0=$(date +%s)
 t() { echo "[$(( $(date +%s) - T0 )) s] $*"; }

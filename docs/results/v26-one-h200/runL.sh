@@ -1,8 +1,10 @@
 #!/bin/bash
-# Prepared in session 31, NOT RUN: the GPU tests of both untested patches of v25 applied
-# together (they share no file) on ./ (run on a checkout where `git apply` put them in), the
-# whole suite with the one-GPU world at W = 2/4/8: `MOE_EP_TIMEOUT_S=10 ctest -L gpu`.
-# Usage: git apply docs/results/v25-one-h200/untested-*.patch; bash docs/results/v25-one-h200/next-runL.sh
+# v26 run L (one H200; written in session 31 as v25's next-runL.sh, run in session 32): the GPU
+# tests of main with untested-whole-slice-dispatch.patch applied (the one-launch decode dispatch
+# had lost in run K, so only this one), the whole suite with the one-GPU world at W = 2/4/8:
+# `MOE_EP_TIMEOUT_S=10 ctest -L gpu`.
+# Usage: git apply docs/results/v25-one-h200/untested-whole-slice-dispatch.patch;
+#        bash docs/results/v26-one-h200/runL.sh
 set -u
 T0=$(date +%s)
 t() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
