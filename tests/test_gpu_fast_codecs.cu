@@ -186,26 +186,22 @@ TEST(GpuFastCodecs, Mxfp4EqualsTheTraitForEveryBf16AndEveryExponent) {
   // For block maximum 2^(e+2) (biased bf16 exponent 0..254, i.e. every e8m0 exponent the encoder
   // produces, and subnormal maxima), every bf16 value no larger in magnitude, and every special.
   std::vector<uint16_t> x;
-  for (uint32_t exponent = 0; exponent <= 254; ++exponent) {
-    const uint16_t m = static_cast<uint16_t>(exponent << 7 | (exponent == 0 ? 0x40 : 0));
+  const auto add_blocks_below = [&x](uint16_t m) {  // every bf16 value no larger than m, led by m
     std::vector<uint16_t> values;
     for (uint32_t i = 0; i < 65536; ++i) {
       if ((i & 0x7fffu) <= m) values.push_back(static_cast<uint16_t>(i));
     }
     const std::vector<uint16_t> rows = rows_with_maxima(values, Mxfp4Wire::kBlock, {m});
     x.insert(x.end(), rows.begin(), rows.end());
+  };
+  for (uint32_t exponent = 0; exponent <= 254; ++exponent) {
+    add_blocks_below(static_cast<uint16_t>(exponent << 7 | (exponent == 0 ? 0x40 : 0)));
   }
   // Maxima with a full mantissa (the same e as their power of two, more values below them) at
   // the edges of the integer path (kMxfp4StepsMinAmax 2^-101 = exponent 26, kMxfp4StepsEndAmax
   // 2^122 = exponent 249) and at 1.
   for (uint32_t exponent : {25u, 26u, 27u, 127u, 247u, 248u, 249u}) {
-    const uint16_t m = static_cast<uint16_t>(exponent << 7 | 0x7f);
-    std::vector<uint16_t> values;
-    for (uint32_t i = 0; i < 65536; ++i) {
-      if ((i & 0x7fffu) <= m) values.push_back(static_cast<uint16_t>(i));
-    }
-    const std::vector<uint16_t> rows = rows_with_maxima(values, Mxfp4Wire::kBlock, {m});
-    x.insert(x.end(), rows.begin(), rows.end());
+    add_blocks_below(static_cast<uint16_t>(exponent << 7 | 0x7f));
   }
   std::vector<uint16_t> specials;
   for (uint32_t i = 0x7f80; i <= 0x7fff; i += 0x11) {  // Inf and NaNs, both signs

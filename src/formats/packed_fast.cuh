@@ -152,9 +152,10 @@ __device__ __forceinline__ uint32_t e2m1x8_by_steps(const uint4& v, uint32_t one
   return __byte_perm(fold(v.x, v.y), fold(v.z, v.w), 0x5410);
 }
 
-// The block's scale byte and 2^-e for a maximum mxfp4_by_steps takes (a zero block: the
-// trait's zero-block parameters), and 2^e's bf16 bits in both halves (0 for a zero block).
-__device__ __forceinline__ Mxfp4Wire::Params mxfp4_params_by_steps(uint32_t a) {
+// The block's scale byte and 2^-e for a zero block (the trait's zero-block parameters) or a
+// maximum whose biased exponent is at least 2 (then e = exponent - 129 needs no clamping and
+// 2^-e is a normal float), and 2^e's bf16 bits in both halves (0 for a zero block).
+__device__ __forceinline__ Mxfp4Wire::Params mxfp4_fast_params(uint32_t a) {
   if (a == 0) return Mxfp4Wire::block_params(0.0f, false);
   Mxfp4Wire::Params params;
   const uint32_t stored = (a >> 7) - 2;  // e + 127 with e = floor(log2(amax)) - 2
@@ -316,25 +317,19 @@ __device__ __forceinline__ void encode_lane(const uint4& v, LaneWord<F>& word,
   } else if constexpr (std::is_same_v<F, Mxfp4Wire>) {
     const uint32_t a = block_amax_bits<F::kBlock / kElemsPerLane>(v);
     if (__all_sync(0xffffffffu, mxfp4_by_steps(a))) {
-      params = mxfp4_params_by_steps(a);
+      params = mxfp4_fast_params(a);
       word = e2m1x8_by_steps(v, mxfp4_one(a));
       return;
     }
     // Else fast when the block is all zeros or its maximum is normal with a biased exponent >= 2
-    // (then e = exponent - 129 needs no clamping and 2^-e is a normal float).
+    // (mxfp4_fast_params).
     const bool fast = a == 0 || (a >= 0x0100u && a < 0x7f80u);
     if (!__all_sync(0xffffffffu, fast)) {
       params = lane_block_params<F>(v);
       word = lane_encode<F>(v, params);
       return;
     }
-    if (a == 0) {
-      params = F::block_params(0.0f, false);
-    } else {
-      const uint32_t stored = (a >> 7) - 2;  // e + 127 with e = floor(log2(amax)) - 2
-      params.stored = static_cast<uint8_t>(stored);
-      params.inv = __uint_as_float((254u - stored) << 23);  // 2^-e, exact
-    }
+    params = mxfp4_fast_params(a);
     word = e2m1x2(v.x, params.inv) | (e2m1x2(v.y, params.inv) << 8) |
            (e2m1x2(v.z, params.inv) << 16) | (e2m1x2(v.w, params.inv) << 24);
   } else if constexpr (std::is_same_v<F, Int8E3m4Wire>) {
@@ -382,7 +377,7 @@ __device__ __forceinline__ void encode_lanes(const uint4 (&v)[kChunks],
           stored[u] = params.stored;
           word[u] = e4m3x8(v[u], params.inv);
         } else {
-          stored[u] = mxfp4_params_by_steps(a[u]).stored;
+          stored[u] = mxfp4_fast_params(a[u]).stored;
           word[u] = e2m1x8_by_steps(v[u], mxfp4_one(a[u]));
         }
       }
