@@ -8,8 +8,13 @@ cudaError_t launch_combine(CombineDtype dtype, const CombineParams& p, int num_b
   return formats::visit_format(dtype, [&](auto format) {
     using F = decltype(format);
     // One node: this rank's own rows summed in place (combine.cuh, kOwnInPlace).
-    const auto kernel = p.send_offset != nullptr && !p.nodes.several() ? combine_kernel<F, true>
-                                                                       : combine_kernel<F, false>;
+    auto kernel = p.send_offset != nullptr && !p.nodes.several() ? combine_kernel<F, true>
+                                                                 : combine_kernel<F, false>;
+    // One node, hidden a multiple of a few warp steps (7168 is): own-only rows without bounds
+    // tests (combine.cuh, reduce_own_row_whole).
+    if constexpr (kCombineHasWholeRows<F>) {
+      if (combine_whole_rows<F>(p)) kernel = combine_kernel<F, true, true>;
+    }
     return launch_following(kernel, dim3(num_blocks), dim3(Policy::kDataThreads), 0, stream, p);
   });
 }
@@ -17,8 +22,13 @@ cudaError_t launch_combine(CombineDtype dtype, const CombineParams& p, int num_b
 cudaError_t preload_combine_kernels() {
   for (CombineDtype dtype : kAllCombineDtypes) {
     const cudaError_t status = formats::visit_format(dtype, [](auto format) {
-      const cudaError_t s = load_kernel(combine_kernel<decltype(format), true>);
-      return s == cudaSuccess ? load_kernel(combine_kernel<decltype(format), false>) : s;
+      using F = decltype(format);
+      cudaError_t s = load_kernel(combine_kernel<F, true>);
+      if (s == cudaSuccess) s = load_kernel(combine_kernel<F, false>);
+      if constexpr (kCombineHasWholeRows<F>) {
+        if (s == cudaSuccess) s = load_kernel(combine_kernel<F, true, true>);
+      }
+      return s;
     });
     if (status != cudaSuccess) return status;
   }

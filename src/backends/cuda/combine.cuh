@@ -16,6 +16,15 @@
 namespace moe_ep::cuda_backend {
 
 inline constexpr int kCombineUnroll = Policy::kUnroll;
+// Warp steps of an own-only row loaded together on the whole-row path (reduce_own_row_whole):
+// fp8 blockwise 2 (one Inf/NaN vote for both; 4 spilled 20 bytes), bf16 and fp8 direct cast
+// kCombineUnroll as reduce_own_row_only. int8/e3m4 has no whole-row path: its instantiation
+// spilled 36 bytes with 2 steps or 4.
+template <typename F>
+inline constexpr bool kCombineHasWholeRows = !std::is_same_v<F, formats::Int8E3m4Wire>;
+template <typename F>
+inline constexpr int kCombineWholeSteps =
+    std::is_same_v<F, formats::Fp8BlockWire> ? 2 : kCombineUnroll;
 
 // Encodes elements [begin, end) of one row of bf16 values, given lane by lane by `load(elem)`
 // (the 8 values starting at element `elem`, zeros past the row), into the combine wire format at
@@ -216,6 +225,81 @@ __device__ __forceinline__ void reduce_own_row_only(const OwnRow& own, uint16_t*
   }
 }
 
+// reduce_own_row_only for a whole row of fp8 blockwise whose hidden is a multiple of
+// kWholeSteps warp steps (7168 is): the same bits without the per-step bounds tests, the zeroed
+// loads past the row and 64-bit element indices, and with one Inf/NaN vote for kWholeSteps steps
+// instead of one a step (the dispatch's whole slices, v26, took 17% of the fp8 dispatch
+// kernel's instructions). After the vote each step is encoded, decoded and stored in turn, so
+// that only one step's code words and sums are live (kCombineWholeSteps).
+template <int kWholeSteps>
+__device__ __forceinline__ void reduce_own_row_whole_fp8(const uint16_t* row, uint16_t* out_row,
+                                                         int hidden, int lane) {
+  using F = formats::Fp8BlockWire;
+  constexpr int kLanesPerBlock = F::kBlock / kElemsPerLane;
+  for (int base = lane * kElemsPerLane; base < hidden; base += kElemsPerWarpStep * kWholeSteps) {
+    uint4 v[kWholeSteps];
+    uint32_t amax[kWholeSteps / 2] = {};  // two steps' 16-bit maxima a register
+    bool finite = true;
+#pragma unroll
+    for (int u = 0; u < kWholeSteps; ++u) {
+      v[u] = load_stream(reinterpret_cast<const uint4*>(row + base + u * kElemsPerWarpStep));
+    }
+#pragma unroll
+    for (int u = 0; u < kWholeSteps; ++u) {
+      const uint32_t a = formats::block_amax_bits<kLanesPerBlock>(v[u]);
+      finite = finite && a < 0x7f80u;
+      amax[u / 2] |= a << (16 * (u % 2));
+    }
+    if (__all_sync(0xffffffffu, finite)) {
+#pragma unroll
+      for (int u = 0; u < kWholeSteps; ++u) {  // encode_lane's fast path, amax known
+        float acc[kElemsPerLane];
+#pragma unroll
+        for (int j = 0; j < kElemsPerLane; ++j) acc[j] = 0.0f;
+        const uint32_t a = u % 2 == 0 ? amax[u / 2] << 16 : amax[u / 2] & 0xffff0000u;
+        const F::Params params = formats::fp8_block_params_by_pairs(__uint_as_float(a));
+        formats::lane_decode_add<F>(formats::e4m3x8(v[u], params.inv), params.stored, acc);
+        *reinterpret_cast<uint4*>(out_row + base + u * kElemsPerWarpStep) = lane_pack_bf16(acc);
+      }
+    } else {
+#pragma unroll
+      for (int u = 0; u < kWholeSteps; ++u) {
+        float acc[kElemsPerLane];
+#pragma unroll
+        for (int j = 0; j < kElemsPerLane; ++j) acc[j] = 0.0f;
+        formats::lane_round_trip_add<F>(v[u], true, acc);
+        *reinterpret_cast<uint4*>(out_row + base + u * kElemsPerWarpStep) = lane_pack_bf16(acc);
+      }
+    }
+  }
+}
+
+// reduce_own_row_only for a whole row of another format: the same per-step round trips,
+// without the per-step bounds tests, the zeroed loads past the row and 64-bit element indices.
+template <typename F, int kWholeSteps>
+__device__ __forceinline__ void reduce_own_row_whole(const uint16_t* row, uint16_t* out_row,
+                                                     int hidden, int lane) {
+  if constexpr (std::is_same_v<F, formats::Fp8BlockWire>) {
+    reduce_own_row_whole_fp8<kWholeSteps>(row, out_row, hidden, lane);
+  } else {
+    for (int base = lane * kElemsPerLane; base < hidden; base += kElemsPerWarpStep * kWholeSteps) {
+      uint4 v[kWholeSteps];
+#pragma unroll
+      for (int u = 0; u < kWholeSteps; ++u) {
+        v[u] = load_stream(reinterpret_cast<const uint4*>(row + base + u * kElemsPerWarpStep));
+      }
+#pragma unroll
+      for (int u = 0; u < kWholeSteps; ++u) {
+        float acc[kElemsPerLane];
+#pragma unroll
+        for (int j = 0; j < kElemsPerLane; ++j) acc[j] = 0.0f;
+        formats::lane_round_trip_add<F>(v[u], true, acc);  // every lane, as in the send
+        *reinterpret_cast<uint4*>(out_row + base + u * kElemsPerWarpStep) = lane_pack_bf16(acc);
+      }
+    }
+  }
+}
+
 // Normal mode's sender role for received row i: the row of y, to (source rank, source token).
 // Several nodes: a row from another node's source goes to the forwarder it came through, at slot
 // (source node * L + this rank's index in its node, staged row) (layout.h, combine).
@@ -249,9 +333,14 @@ __device__ __forceinline__ void send_received_row(const CombineParams& p, int64_
 // + recv_from_self) of y (received rows are grouped by source), take no send ticket: the send
 // items are the other rows (at world size 1 none; v22 took a ticket and read the source of
 // each row to skip it). Several nodes: every row is sent (the node path sums elsewhere).
-template <typename F, bool kOwnInPlace>
+// kWholeRows (combine_whole_rows: one node, hidden a multiple of kCombineWholeSteps<F> warp
+// steps): own-only rows take reduce_own_row_whole, in an instantiation of its own (for fp8
+// blockwise in the general one, both paths side by side spilled 28 bytes).
+template <typename F, bool kOwnInPlace, bool kWholeRows = false>
 __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm)
     combine_kernel(CombineParams p) {
+  static_assert(!kWholeRows || (kOwnInPlace && kCombineHasWholeRows<F>),
+                "whole rows are for own rows in place, in formats that have the path");
   // Launched following the step kernel (combine.cu). The call's last kernel: it lets nothing
   // launch early, since its reduce waits on the peers until it ends.
   wait_previous_kernel();
@@ -309,7 +398,12 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
               prefetch_l2(own.row + kElemsPerWarpStep * kCombineUnroll,
                           2 * (static_cast<int64_t>(hidden) - kElemsPerWarpStep * kCombineUnroll));
             }
-            reduce_own_row_only<F>(own, p.out + t * hidden, 0, hidden, c.lane);
+            if constexpr (kWholeRows) {
+              reduce_own_row_whole<F, kCombineWholeSteps<F>>(own.row, p.out + t * hidden, hidden,
+                                                             c.lane);
+            } else {
+              reduce_own_row_only<F>(own, p.out + t * hidden, 0, hidden, c.lane);
+            }
           } else {
             reduce_own_row_only<F>(own, p.out + t * hidden, begin, end, c.lane);
           }
@@ -335,6 +429,13 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
     p.tickets[0] = 0;
     p.tickets[1] = 0;
   }
+}
+
+// Whether a combine takes combine_kernel's kWholeRows instantiation.
+template <typename F>
+inline bool combine_whole_rows(const CombineParams& p) {
+  return kCombineHasWholeRows<F> && p.send_offset != nullptr && !p.nodes.several() &&
+         p.info.hidden % (kElemsPerWarpStep * kCombineWholeSteps<F>) == 0;
 }
 
 }  // namespace moe_ep::cuda_backend

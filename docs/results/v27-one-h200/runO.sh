@@ -1,9 +1,7 @@
 #!/bin/bash
-# Written in session 32, NOT RUN (the device time ran out): the run that decides the two untested
-# patches of v26, on a checkout where both are applied:
-#   git apply docs/results/v26-one-h200/untested-combine-whole-rows.patch \
-#             docs/results/v26-one-h200/untested-gpu-timeouts-test.patch
-#   bash docs/results/v26-one-h200/next-runO.sh        (logs to $OUT, about 500 s)
+# Written in session 32, ran in session 33 (v27) on main 8aa1ef3 with the two patches of v26
+# applied (`untested-combine-whole-rows.patch`, `untested-gpu-timeouts-test.patch`; both merged
+# after this run, see the commit that added this file):  bash runO.sh   (logs to $OUT; took 341 s)
 # A = main's source (tmp-gpu/A, `git archive HEAD`, before the patches), ./ = the patches.
 # ncu on the fp8 blockwise, direct-cast and bf16 combine kernels at 4096 tokens and 32 SMs
 # (instructions, duration),
