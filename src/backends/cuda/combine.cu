@@ -12,9 +12,7 @@ cudaError_t launch_combine(CombineDtype dtype, const CombineParams& p, int num_b
                                                                  : combine_kernel<F, false>;
     // One node, hidden a multiple of a few warp steps (7168 is): own-only rows without bounds
     // tests (combine.cuh, reduce_own_row_whole).
-    if constexpr (kCombineHasWholeRows<F>) {
-      if (combine_whole_rows<F>(p)) kernel = combine_kernel<F, true, true>;
-    }
+    if (combine_whole_rows<F>(p)) kernel = combine_kernel<F, true, true>;
     return launch_following(kernel, dim3(num_blocks), dim3(Policy::kDataThreads), 0, stream, p);
   });
 }
@@ -25,9 +23,7 @@ cudaError_t preload_combine_kernels() {
       using F = decltype(format);
       cudaError_t s = load_kernel(combine_kernel<F, true>);
       if (s == cudaSuccess) s = load_kernel(combine_kernel<F, false>);
-      if constexpr (kCombineHasWholeRows<F>) {
-        if (s == cudaSuccess) s = load_kernel(combine_kernel<F, true, true>);
-      }
+      if (s == cudaSuccess) s = load_kernel(combine_kernel<F, true, true>);
       return s;
     });
     if (status != cudaSuccess) return status;

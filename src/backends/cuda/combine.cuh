@@ -17,14 +17,15 @@ namespace moe_ep::cuda_backend {
 
 inline constexpr int kCombineUnroll = Policy::kUnroll;
 // Warp steps of an own-only row loaded together on the whole-row path (reduce_own_row_whole):
-// fp8 blockwise 2 (one Inf/NaN vote for both; 4 spilled 20 bytes), bf16 and fp8 direct cast
-// kCombineUnroll as reduce_own_row_only. int8/e3m4 has no whole-row path: its instantiation
-// spilled 36 bytes with 2 steps or 4.
-template <typename F>
-inline constexpr bool kCombineHasWholeRows = !std::is_same_v<F, formats::Int8E3m4Wire>;
+// fp8 blockwise 2 (one Inf/NaN vote for both; 4 spilled 20 bytes), int8/e3m4 2 (its rare steps
+// out of line, own_round_trip_rare: inline, the instantiation spilled 36 bytes; out of line 28,
+// which v27 run P measured as 0.1% of the kernel's instructions), bf16 and fp8 direct cast
+// kCombineUnroll as reduce_own_row_only.
 template <typename F>
 inline constexpr int kCombineWholeSteps =
-    std::is_same_v<F, formats::Fp8BlockWire> ? 2 : kCombineUnroll;
+    std::is_same_v<F, formats::Fp8BlockWire> || std::is_same_v<F, formats::Int8E3m4Wire>
+        ? 2
+        : kCombineUnroll;
 
 // Encodes elements [begin, end) of one row of bf16 values, given lane by lane by `load(elem)`
 // (the 8 values starting at element `elem`, zeros past the row), into the combine wire format at
@@ -274,8 +275,21 @@ __device__ __forceinline__ void reduce_own_row_whole_fp8(const uint16_t* row, ui
   }
 }
 
+// A step of an own-only row whose blocks leave the fast range (rare): the reference round trip,
+// out of line so that its registers do not weigh on the whole-row loop. All 32 lanes call it.
+template <typename F>
+__device__ __noinline__ void own_round_trip_rare(uint4 v, uint16_t* out) {
+  float acc[kElemsPerLane];
+#pragma unroll
+  for (int j = 0; j < kElemsPerLane; ++j) acc[j] = 0.0f;
+  formats::lane_round_trip_add<F>(v, true, acc);
+  *reinterpret_cast<uint4*>(out) = lane_pack_bf16(acc);
+}
+
 // reduce_own_row_only for a whole row of another format: the same per-step round trips,
-// without the per-step bounds tests, the zeroed loads past the row and 64-bit element indices.
+// without the per-step bounds tests, the zeroed loads past the row and 64-bit element indices;
+// int8/e3m4 with its fast-range round trip inline (lane_round_trip_add's, values summed into
+// zeros) and the rest out of line.
 template <typename F, int kWholeSteps>
 __device__ __forceinline__ void reduce_own_row_whole(const uint16_t* row, uint16_t* out_row,
                                                      int hidden, int lane) {
@@ -290,11 +304,28 @@ __device__ __forceinline__ void reduce_own_row_whole(const uint16_t* row, uint16
       }
 #pragma unroll
       for (int u = 0; u < kWholeSteps; ++u) {
-        float acc[kElemsPerLane];
+        uint16_t* out = out_row + base + u * kElemsPerWarpStep;
+        if constexpr (std::is_same_v<F, formats::Int8E3m4Wire>) {
+          const uint32_t a = formats::block_amax_bits<F::kBlock / kElemsPerLane>(v[u]);
+          if (__all_sync(0xffffffffu, formats::int8_e3m4_in_fast_range(a))) {
+            typename F::Params params;
+            LaneWord<F> word;
+            float values[kElemsPerLane];
+            formats::int8_e3m4_fast<true>(v[u], a, word, params, values);
+            // 0 + value, as lane_round_trip_add sums into zeros: a -0 comes out +0.
 #pragma unroll
-        for (int j = 0; j < kElemsPerLane; ++j) acc[j] = 0.0f;
-        formats::lane_round_trip_add<F>(v[u], true, acc);  // every lane, as in the send
-        *reinterpret_cast<uint4*>(out_row + base + u * kElemsPerWarpStep) = lane_pack_bf16(acc);
+            for (int j = 0; j < kElemsPerLane; ++j) values[j] = 0.0f + values[j];
+            *reinterpret_cast<uint4*>(out) = lane_pack_bf16(values);
+          } else {
+            own_round_trip_rare<F>(v[u], out);
+          }
+        } else {
+          float acc[kElemsPerLane];
+#pragma unroll
+          for (int j = 0; j < kElemsPerLane; ++j) acc[j] = 0.0f;
+          formats::lane_round_trip_add<F>(v[u], true, acc);  // every lane, as in the send
+          *reinterpret_cast<uint4*>(out) = lane_pack_bf16(acc);
+        }
       }
     }
   }
@@ -339,8 +370,7 @@ __device__ __forceinline__ void send_received_row(const CombineParams& p, int64_
 template <typename F, bool kOwnInPlace, bool kWholeRows = false>
 __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm)
     combine_kernel(CombineParams p) {
-  static_assert(!kWholeRows || (kOwnInPlace && kCombineHasWholeRows<F>),
-                "whole rows are for own rows in place, in formats that have the path");
+  static_assert(!kWholeRows || kOwnInPlace, "whole rows are for own rows in place");
   // Launched following the step kernel (combine.cu). The call's last kernel: it lets nothing
   // launch early, since its reduce waits on the peers until it ends.
   wait_previous_kernel();
@@ -434,7 +464,7 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
 // Whether a combine takes combine_kernel's kWholeRows instantiation.
 template <typename F>
 inline bool combine_whole_rows(const CombineParams& p) {
-  return kCombineHasWholeRows<F> && p.send_offset != nullptr && !p.nodes.several() &&
+  return p.send_offset != nullptr && !p.nodes.several() &&
          p.info.hidden % (kElemsPerWarpStep * kCombineWholeSteps<F>) == 0;
 }
 

@@ -54,6 +54,8 @@ CudaOp::CudaOp(std::shared_ptr<CudaComm> comm, const OpConfig& config, int num_s
   notify_parts_done_.zero(comm_->internal_stream());
   block_counter_ = DeviceArray<unsigned int>(device_, 1);
   block_counter_.zero(comm_->internal_stream());
+  scan_blocks_done_ = DeviceArray<unsigned int>(device_, 1);
+  scan_blocks_done_.zero(comm_->internal_stream());
   error_flag_ = DeviceArray<int32_t>(device_, 1);
   error_flag_.zero(comm_->internal_stream());
   step_started_ = DeviceArray<uint64_t>(device_, 2);
@@ -223,8 +225,8 @@ void CudaOp::write_my_reason(const std::string& error) {
   r.text_bytes = static_cast<int32_t>(n);
 }
 
-void CudaOp::launch_validation(const DispatchArgs& args, bool prequantized, int64_t num_tokens,
-                               cudaStream_t stream) {
+ValidateParams CudaOp::validation_params(const DispatchArgs& args, bool prequantized,
+                                         int64_t num_tokens) const {
   ValidateParams vp{rank_info(),
                     args.topk_idx.ptr<int32_t>(),
                     prequantized ? nullptr : args.x.ptr<uint16_t>(),
@@ -233,10 +235,17 @@ void CudaOp::launch_validation(const DispatchArgs& args, bool prequantized, int6
                     Knobs::get().validate,
                     error_sink()};
   vp.started_ns = step_started_.get() + 1;
-  MOE_EP_CUDA_CHECK(launch_validate(vp, num_sms_ * Policy::kValidateBlocksPerSm, stream));
+  return vp;
 }
 
-void CudaOp::begin_step(cudaStream_t stream, const StepVerdict& verdict) {
+void CudaOp::launch_validation(const DispatchArgs& args, bool prequantized, int64_t num_tokens,
+                               cudaStream_t stream) {
+  MOE_EP_CUDA_CHECK(launch_validate(validation_params(args, prequantized, num_tokens),
+                                    num_sms_ * Policy::kValidateBlocksPerSm, stream));
+}
+
+void CudaOp::begin_step(cudaStream_t stream, const StepVerdict& verdict,
+                        const ValidateParams* scan) {
   const uint64_t step = ++steps_;
   if (!verdict.error.empty()) write_my_reason(verdict.error);
   StepParams sp;
@@ -256,7 +265,13 @@ void CudaOp::begin_step(cudaStream_t stream, const StepVerdict& verdict) {
                           std::chrono::system_clock::now().time_since_epoch())
                           .count();
   if (nodes_.several()) {
+    if (scan != nullptr) {
+      MOE_EP_CUDA_CHECK(launch_validate(*scan, num_sms_ * Policy::kValidateBlocksPerSm, stream));
+    }
     step_across_nodes(sp, stream);
+  } else if (scan != nullptr) {
+    MOE_EP_CUDA_CHECK(launch_validate_step(*scan, sp, scan_blocks_done_.get(),
+                                           num_sms_ * Policy::kValidateBlocksPerSm, stream));
   } else {
     MOE_EP_CUDA_CHECK(launch_step(sp, stream));
   }
@@ -302,10 +317,9 @@ DispatchResult CudaOp::dispatch(const DispatchArgs& args) {
   host_.host()->num_recv = -1;
   try {
     if (have_call_) MOE_EP_CUDA_CHECK(cudaStreamWaitEvent(stream, call_done_.get(), 0));
-    if (accepted) {
-      launch_validation(args, prequantized, num_tokens, stream);
-    }
-    begin_step(stream, verdict);
+    ValidateParams scan{};
+    if (accepted) scan = validation_params(args, prequantized, num_tokens);
+    begin_step(stream, verdict, accepted ? &scan : nullptr);
     if (accepted) {
       NotifyParams np{info,
                       peers_,

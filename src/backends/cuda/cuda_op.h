@@ -82,13 +82,18 @@ class CudaOp final : public OpBase {
   // captured: the graph orders its nodes) and ends it.
   bool capturing(cudaStream_t stream) const;
   // Starts a call on `stream`: after the op's previous call, with the step agreement.
-  // `rejection` empty means this rank accepted its arguments.
-  void begin_step(cudaStream_t stream, const StepVerdict& verdict);
+  // `rejection` empty means this rank accepted its arguments. With `scan` (an accepted one-node
+  // dispatch) the input scan and the step agreement run in one kernel (validate_step_kernel).
+  void begin_step(cudaStream_t stream, const StepVerdict& verdict,
+                  const ValidateParams* scan = nullptr);
   // This rank's reason for rejecting its call, where its step kernel copies it to the peers.
   void write_my_reason(const std::string& error);
   // Where kernels report errors: the mapped record and the device flag.
   ErrorSink error_sink() const { return ErrorSink{&host_.device()->error, error_flag_.get()}; }
-  // The scan of an accepted dispatch's ids (and, with MOE_EP_VALIDATE, values) before its step.
+  // The scan of an accepted dispatch's ids (and, with MOE_EP_VALIDATE, values) before its step:
+  // its parameters, and its launch on its own (decode mode; several nodes).
+  ValidateParams validation_params(const DispatchArgs& args, bool prequantized,
+                                   int64_t num_tokens) const;
   void launch_validation(const DispatchArgs& args, bool prequantized, int64_t num_tokens,
                          cudaStream_t stream);
   void end_call(cudaStream_t stream);
@@ -178,6 +183,7 @@ class CudaOp final : public OpBase {
   DeviceArray<int32_t> notify_part_sums_;    // [W, E/W + 1]
   DeviceArray<unsigned int> notify_parts_done_;  // [W]
   DeviceArray<unsigned int> block_counter_;      // [1]: dispatch last-block-done counter
+  DeviceArray<unsigned int> scan_blocks_done_;   // [1]: validate_step_kernel's blocks counted in
   DeviceArray<int32_t> error_flag_;              // device copy of the error code (ErrorSink::flag)
   HostMapped<HostShared> host_;
   Event notified_;   // after notify: num_recv is known

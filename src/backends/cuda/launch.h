@@ -355,6 +355,12 @@ struct LowLatencyParams {
 
 cudaError_t launch_step(const StepParams& p, cudaStream_t stream);
 cudaError_t launch_validate(const ValidateParams& p, int max_blocks, cudaStream_t stream);
+// validate_kernel's grid for p (at most max_blocks); validate_step_kernel's too.
+int validate_blocks(const ValidateParams& p, int max_blocks);
+// A one-node dispatch's scan and step agreement in one kernel (agreement.cuh); blocks_done: [1],
+// zero between launches.
+cudaError_t launch_validate_step(const ValidateParams& v, const StepParams& s,
+                                 unsigned int* blocks_done, int max_blocks, cudaStream_t stream);
 cudaError_t launch_notify(const NotifyParams& p, int max_blocks, cudaStream_t stream);
 // The data kernel, then (with_wait) the kernel that waits for every source's done word. Several
 // nodes launch the wait after forwarding (launch_dispatch_wait).

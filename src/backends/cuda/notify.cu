@@ -5,14 +5,17 @@
 
 namespace moe_ep::cuda_backend {
 
-cudaError_t launch_validate(const ValidateParams& p, int max_blocks, cudaStream_t stream) {
+int validate_blocks(const ValidateParams& p, int max_blocks) {
   const int64_t work = std::max<int64_t>(
       static_cast<int64_t>(p.num_tokens) * p.info.topk,
       p.validate && p.x_bf16 ? static_cast<int64_t>(p.num_tokens) * p.info.hidden : 0);
   const int64_t wanted = (work + Policy::kValidateThreads - 1) / Policy::kValidateThreads;
-  const int blocks = static_cast<int>(std::clamp<int64_t>(wanted, 1, max_blocks));
-  return launch_following(validate_kernel, dim3(blocks), dim3(Policy::kValidateThreads), 0, stream,
-                          p);
+  return static_cast<int>(std::clamp<int64_t>(wanted, 1, max_blocks));
+}
+
+cudaError_t launch_validate(const ValidateParams& p, int max_blocks, cudaStream_t stream) {
+  return launch_following(validate_kernel, dim3(validate_blocks(p, max_blocks)),
+                          dim3(Policy::kValidateThreads), 0, stream, p);
 }
 
 cudaError_t launch_notify(const NotifyParams& p, int max_blocks, cudaStream_t stream) {

@@ -16,45 +16,14 @@
 
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/launch.h"
-#include "formats/scalar.h"
+#include "backends/cuda/validate.cuh"
 
 namespace moe_ep::cuda_backend {
 
 __global__ void validate_kernel(ValidateParams p) {
   wait_previous_kernel();  // the call's first kernel: after whatever ran before on the stream
   let_next_kernel_launch();
-  const RankInfo& info = p.info;
-  if (p.started_ns != nullptr && blockIdx.x == 0 && threadIdx.x == 0) {
-    *p.started_ns = global_timer_ns();
-  }
-  const int64_t total_slots = static_cast<int64_t>(p.num_tokens) * info.topk;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total_slots;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t t = i / info.topk;
-    const int k = static_cast<int>(i % info.topk);
-    const int32_t e = p.topk_idx[i];
-    if (e < -1 || e >= info.num_experts) {
-      report_error(p.err, kDevBadExpert, 0, info.rank, -1, info.num_experts, e, t, k, e);
-    } else if (p.validate && e >= 0) {
-      for (int j = 0; j < k; ++j) {
-        if (p.topk_idx[t * info.topk + j] == e) {
-          report_error(p.err, kDevDupExpert, 0, info.rank, -1, j, k, t, k, e);
-        }
-      }
-    }
-    if (p.validate && !formats::is_finite(p.topk_weights[i])) {
-      report_error(p.err, kDevNonfiniteW, 0, info.rank, -1, 0, 0, t, k, 0);
-    }
-  }
-  if (!p.validate || p.x_bf16 == nullptr) return;
-  const int64_t total = static_cast<int64_t>(p.num_tokens) * info.hidden;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    if (!formats::is_finite(formats::bf16_to_float(p.x_bf16[i]))) {
-      report_error(p.err, kDevNonfiniteX, 0, info.rank, -1, 0, 0, i / info.hidden, i % info.hidden,
-                   0);
-    }
-  }
+  validate_scan(p);
 }
 
 // notify_send's scan: kNotifyTokensPerThread tokens a thread in the blocked arrangement (thread
