@@ -1,4 +1,7 @@
 #!/bin/bash
+# NOTE (found after the runs): `git archive HEAD` on the lent machine gave the session's first
+# commit, 8aa1ef3, whatever was committed later (docs/perf-notes.md, How we measure), so A in
+# runs P, Q and R is 8aa1ef3, not the commit named below.
 # v27 run P (session 33): int8/e3m4's combine on the whole-row path, and a timeline of the legs.
 #   bash docs/results/v27-one-h200/runP.sh       (logs to $OUT)
 # A = main's source (tmp-gpu/A, `git archive HEAD`), ./ = the working tree: int8/e3m4 own-only

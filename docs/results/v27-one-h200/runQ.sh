@@ -1,4 +1,7 @@
 #!/bin/bash
+# NOTE (found after the runs): `git archive HEAD` on the lent machine gave the session's first
+# commit, 8aa1ef3, whatever was committed later (docs/perf-notes.md, How we measure), so A in
+# runs P, Q and R is 8aa1ef3, not the commit named below.
 # v27 run Q (session 33): a one-node dispatch's input scan and step agreement in one kernel
 # (validate_step_kernel), and int8/e3m4's whole-row combine with run P's -0 fixed.
 #   bash docs/results/v27-one-h200/runQ.sh       (logs to $OUT)
