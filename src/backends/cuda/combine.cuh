@@ -226,6 +226,18 @@ __device__ __forceinline__ void reduce_own_row_only(const OwnRow& own, uint16_t*
   }
 }
 
+// One lane's 8 outputs of an own-only row: bf16(0 + decode(encode(v))), the bits of the send to
+// itself and the reduce, as reduce_own_row_only computes them (which packs only the lanes
+// inside its range). All 32 lanes must call it (the encode shuffles).
+template <typename F>
+__device__ __forceinline__ uint4 own_round_trip(const uint4& v) {
+  float acc[kElemsPerLane];
+#pragma unroll
+  for (int j = 0; j < kElemsPerLane; ++j) acc[j] = 0.0f;
+  formats::lane_round_trip_add<F>(v, true, acc);
+  return lane_pack_bf16(acc);
+}
+
 // reduce_own_row_only for a whole row of fp8 blockwise whose hidden is a multiple of
 // kWholeSteps warp steps (7168 is): the same bits without the per-step bounds tests, the zeroed
 // loads past the row and 64-bit element indices, and with one Inf/NaN vote for kWholeSteps steps
@@ -265,11 +277,7 @@ __device__ __forceinline__ void reduce_own_row_whole_fp8(const uint16_t* row, ui
     } else {
 #pragma unroll
       for (int u = 0; u < kWholeSteps; ++u) {
-        float acc[kElemsPerLane];
-#pragma unroll
-        for (int j = 0; j < kElemsPerLane; ++j) acc[j] = 0.0f;
-        formats::lane_round_trip_add<F>(v[u], true, acc);
-        *reinterpret_cast<uint4*>(out_row + base + u * kElemsPerWarpStep) = lane_pack_bf16(acc);
+        *reinterpret_cast<uint4*>(out_row + base + u * kElemsPerWarpStep) = own_round_trip<F>(v[u]);
       }
     }
   }
@@ -279,11 +287,7 @@ __device__ __forceinline__ void reduce_own_row_whole_fp8(const uint16_t* row, ui
 // out of line so that its registers do not weigh on the whole-row loop. All 32 lanes call it.
 template <typename F>
 __device__ __noinline__ void own_round_trip_rare(uint4 v, uint16_t* out) {
-  float acc[kElemsPerLane];
-#pragma unroll
-  for (int j = 0; j < kElemsPerLane; ++j) acc[j] = 0.0f;
-  formats::lane_round_trip_add<F>(v, true, acc);
-  *reinterpret_cast<uint4*>(out) = lane_pack_bf16(acc);
+  *reinterpret_cast<uint4*>(out) = own_round_trip<F>(v);
 }
 
 // reduce_own_row_only for a whole row of another format: the same per-step round trips,
@@ -320,11 +324,7 @@ __device__ __forceinline__ void reduce_own_row_whole(const uint16_t* row, uint16
             own_round_trip_rare<F>(v[u], out);
           }
         } else {
-          float acc[kElemsPerLane];
-#pragma unroll
-          for (int j = 0; j < kElemsPerLane; ++j) acc[j] = 0.0f;
-          formats::lane_round_trip_add<F>(v[u], true, acc);  // every lane, as in the send
-          *reinterpret_cast<uint4*>(out) = lane_pack_bf16(acc);
+          *reinterpret_cast<uint4*>(out) = own_round_trip<F>(v[u]);  // every lane, as in the send
         }
       }
     }
