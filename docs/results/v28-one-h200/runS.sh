@@ -17,7 +17,7 @@ C=build/gpu/tools/moe-ep
 for tok in 128 4096; do
   N="bench --backend cuda --ranks 1 --num-sms 32 --iters 3 --warmup 1 --no-check --dispatch-dtype fp8 --combine-dtype bf16 --tokens $tok"
   echo "== every kernel, $tok tokens"
-  timeout 60 ncu --metrics gpu__time_duration.sum,smsp__inst_executed.sum,launch__grid_size -s 12 -c 12 $C $N
+  timeout 60 ncu --metrics gpu__time_duration.sum,smsp__inst_executed.sum,launch__grid_size -k regex:"validate_step|notify_kernel|dispatch|step_kernel|combine_kernel" -s 6 -c 12 $C $N
   for k in notify_kernel validate_step_kernel; do
     timeout 90 ncu --set full --import-source yes -f -o $OUT/$k-$tok -k regex:$k -s 2 -c 1 $C $N > /dev/null 2>&1
     echo "== $k $tok details"; ncu -i $OUT/$k-$tok.ncu-rep --page details
