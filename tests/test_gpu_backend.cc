@@ -92,9 +92,10 @@ struct GpuCase {
 };
 
 void run_case(const GpuCase& gc, DtypePair pair, int world_size, uint64_t seed,
-              bool copy_engine = false) {
+              bool copy_engine = false, int num_sms = 0) {
   OpConfig config;
   config.copy_engine = copy_engine;
+  config.num_sms = num_sms;
   config.num_experts = gc.num_experts;
   config.hidden = gc.hidden;
   config.topk = gc.topk;
@@ -112,7 +113,8 @@ void run_case(const GpuCase& gc, DtypePair pair, int world_size, uint64_t seed,
     if (tokens[0] > 0) rounds.back()[0].mask_token(0);  // a token that goes nowhere
   }
   SCOPED_TRACE("seed " + std::to_string(seed) + " pair " + pair_name(pair) + " hidden " +
-               std::to_string(gc.hidden) + " world " + std::to_string(world_size));
+               std::to_string(gc.hidden) + " world " + std::to_string(world_size) + " num_sms " +
+               std::to_string(num_sms));
   const auto cpu = run_rounds(config, world_size, rounds);
   const auto cuda = run_rounds_cuda(config, world_size, rounds);
   for (int i = 0; i < gc.rounds; ++i) {
@@ -150,6 +152,20 @@ TEST(GpuBackend, ScansInPartsAndInChunksEqualCpu) {
   const DtypePair pair{DispatchDtype::bf16, CombineDtype::bf16};
   for (int64_t tokens : {513, 4097, 40000}) {
     run_case({128, 8 * world, 3, {tokens}, 0.2, false, 2}, pair, world, seed + tokens);
+  }
+}
+
+// A one-node dispatch's count_kernel (notify.cuh) on the fewest blocks: a budget of one SM gives
+// it two, which take its tickets in turn (the scan's shares, the step, notify's 8 parts of 4097
+// tokens and its receiver), with MOE_EP_VALIDATE=1 (the suite's setting) the scan of x too and
+// without (unvalidated.cmake) the ids only; every output against the CPU.
+TEST(GpuBackend, OneSmBudgetEqualsCpu) {
+  MOE_EP_REQUIRE_GPU();
+  const uint64_t seed = test_seed();
+  const int world = cuda_device_count();
+  for (int64_t tokens : {1, 4097}) {
+    run_case({256, 8 * world, 3, {tokens}, 0.2, false, 2}, {DispatchDtype::fp8, CombineDtype::bf16},
+             world, seed + tokens, /*copy_engine=*/false, /*num_sms=*/1);
   }
 }
 

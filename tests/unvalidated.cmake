@@ -16,3 +16,10 @@ add_test(NAME unvalidated.GpuBackend.NonFiniteBlocksEqualCpu
 set_tests_properties(unvalidated.GpuBackend.NonFiniteBlocksEqualCpu PROPERTIES
                      LABELS gpu ENVIRONMENT "MOE_EP_VALIDATE=0" TIMEOUT 120
                      SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]")
+
+# Runs validated too (its discovered entry); here its count_kernel scans the ids only.
+add_test(NAME unvalidated.GpuBackend.OneSmBudgetEqualsCpu
+         COMMAND test_gpu_backend --gtest_filter=GpuBackend.OneSmBudgetEqualsCpu)
+set_tests_properties(unvalidated.GpuBackend.OneSmBudgetEqualsCpu PROPERTIES
+                     LABELS gpu ENVIRONMENT "MOE_EP_VALIDATE=0" TIMEOUT 120
+                     SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]")

@@ -1,4 +1,4 @@
-// Launchers of the step agreement (alone or after a dispatch's input scan) and the creation
+// Launchers of the step agreement and the creation
 // rendezvous (agreement.cuh): one block, a thread per peer, for the agreements.
 #include "backends/cuda/agreement.cuh"
 #include "backends/cuda/resources.h"
@@ -7,13 +7,6 @@ namespace moe_ep::cuda_backend {
 
 cudaError_t launch_step(const StepParams& p, cudaStream_t stream) {
   return launch_following(step_kernel, dim3(1), dim3(Policy::kMaxPeers), 0, stream, p);
-}
-
-cudaError_t launch_validate_step(const ValidateParams& v, const StepParams& s,
-                                 unsigned int* blocks_done, int max_blocks, cudaStream_t stream) {
-  static_assert(Policy::kValidateThreads >= Policy::kMaxPeers, "the step block: a thread a peer");
-  return launch_following(validate_step_kernel, dim3(validate_blocks(v, max_blocks)),
-                          dim3(Policy::kValidateThreads), 0, stream, v, s, blocks_done);
 }
 
 cudaError_t launch_create_rendezvous(const CreateParams& p, cudaStream_t stream) {
@@ -54,8 +47,7 @@ bool reserve_local_memory(size_t bytes) {
 cudaError_t preload_agreement_kernels() {
   const cudaError_t status = load_kernel(step_kernel);
   if (status != cudaSuccess) return status;
-  const cudaError_t fused = load_kernel(validate_step_kernel);
-  return fused != cudaSuccess ? fused : load_kernel(create_rendezvous_kernel);
+  return load_kernel(create_rendezvous_kernel);
 }
 
 }  // namespace moe_ep::cuda_backend

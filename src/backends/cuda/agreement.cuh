@@ -1,7 +1,8 @@
 // The device side of the agreements of docs/design.md#collective-calls-and-agreement.
 //
-// step_kernel (one block, thread q for peer q) starts every dispatch and combine (a one-node
-// dispatch: validate_step_kernel, the input scan and the same block in one launch): it exchanges
+// step_kernel (one block, thread q for peer q) starts every dispatch and combine (an accepted
+// one-node dispatch: count_kernel in notify.cuh, which runs the same block, step_block.cuh,
+// between its input scan and notify): it exchanges
 // step words with every peer (step_exchange.cuh), this rank counting as rejected when the host
 // said so or a data scan already set the error flag, and settles the outcome in the order the
 // host will rank it: a peer in another call first, then the lowest peer that rejected. Step
@@ -21,80 +22,13 @@
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/cuda_comm.h"
 #include "backends/cuda/launch.h"
-#include "backends/cuda/step_exchange.cuh"
-#include "backends/cuda/validate.cuh"
+#include "backends/cuda/step_block.cuh"
 
 namespace moe_ep::cuda_backend {
-
-// The step agreement proper, in one block (thread q for peer q); step_kernel and the last block
-// of validate_step_kernel run it.
-__device__ inline void step_block(const StepParams& p) {
-  __shared__ StepVotes votes;
-  if (threadIdx.x == 0) {
-    init_step_votes(votes, p.err, p.info.world_size);
-    if (p.started_ns != nullptr && p.phase != kStepPost) *p.started_ns = global_timer_ns();
-  }
-  __syncthreads();
-  const bool rejected = StepInfo::rejected(p.info_word) || votes.scan_rejected;
-  const uint64_t my_info =
-      StepInfo::pack(StepInfo::kind(p.info_word), rejected, StepInfo::call(p.info_word));
-  if (p.phase == kStepPost) {
-    // Several nodes: this rank's word, for the transport (the same word kStepSettle stores).
-    if (threadIdx.x == 0) {
-      p.word_out->info = my_info;
-      p.word_out->tag = p.step;
-      if (!rejected) return;
-      if (votes.scan_rejected) {
-        StepReason r{};
-        r.record = *p.err.host;  // mapped host memory, read once on this rare path
-        r.has_record = 1;
-        copy_words(&p.word_out->reason, &r, sizeof(StepReason));
-      } else {
-        copy_words(&p.word_out->reason, p.my_reason, sizeof(StepReason));
-      }
-    }
-    return;
-  }
-  uint64_t peer_info = 0;
-  if (p.phase == kStepSettle) {
-    const NodeInfo nodes = p.nodes;
-    const auto same_node = [nodes](int q) { return nodes.same_node(q); };
-    peer_info = exchange_step_words(p.info, p.peers, p.layout, StepWords::kNormal, p.step, my_info,
-                                    p.my_reason, p.timeout_ns, p.err, votes, same_node, p.words_in);
-  } else {
-    peer_info = exchange_step_words(p.info, p.peers, p.layout, StepWords::kNormal, p.step, my_info,
-                                    p.my_reason, p.timeout_ns, p.err, votes);
-  }
-  __syncthreads();
-  let_next_kernel_launch();  // the peers' words are in: the next kernel may be scheduled
-  settle_step_votes(p.info, p.peers, p.layout, p.step, peer_info, p.outcome, p.err, votes);
-}
 
 __global__ void step_kernel(StepParams p) {
   wait_previous_kernel();
   step_block(p);
-}
-
-// A one-node dispatch's input scan and step agreement in one launch (one kernel boundary and one
-// host launch fewer on the call's path): every block scans its share of the inputs
-// (validate_scan), then counts itself in; the last block to do so, which then sees every block's
-// reports in the error flag, runs the step agreement (step_block), this rank rejecting the call
-// when the scan failed, exactly as the two kernels one after the other. No block waits for
-// another, so it finishes with any number of its blocks resident. The next kernel may launch
-// once the last block has the peers' words (step_block) and the others have exited.
-__global__ void __launch_bounds__(Policy::kValidateThreads)
-    validate_step_kernel(ValidateParams v, StepParams s, unsigned int* blocks_done) {
-  wait_previous_kernel();  // the call's first kernel: after whatever ran before on the stream
-  validate_scan(v);
-  __threadfence();  // this thread's reports (the error flag) before the block counts itself in
-  __syncthreads();
-  __shared__ bool last;
-  if (threadIdx.x == 0) last = atomicAdd(blocks_done, 1u) == gridDim.x - 1;
-  __syncthreads();
-  if (!last) return;
-  __threadfence();  // every block's reports are in (step_block reads the flag)
-  if (threadIdx.x == 0) *blocks_done = 0;  // for the op's next dispatch, which follows this one
-  step_block(s);
 }
 
 __device__ __forceinline__ bool same_config(const int64_t* a, const int64_t* b) {

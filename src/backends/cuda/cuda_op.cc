@@ -56,6 +56,8 @@ CudaOp::CudaOp(std::shared_ptr<CudaComm> comm, const OpConfig& config, int num_s
   block_counter_.zero(comm_->internal_stream());
   scan_blocks_done_ = DeviceArray<unsigned int>(device_, 1);
   scan_blocks_done_.zero(comm_->internal_stream());
+  step_done_ = DeviceArray<uint64_t>(device_, 1);
+  step_done_.zero(comm_->internal_stream());
   error_flag_ = DeviceArray<int32_t>(device_, 1);
   error_flag_.zero(comm_->internal_stream());
   step_started_ = DeviceArray<uint64_t>(device_, 2);
@@ -244,8 +246,8 @@ void CudaOp::launch_validation(const DispatchArgs& args, bool prequantized, int6
                                     num_sms_ * Policy::kValidateBlocksPerSm, stream));
 }
 
-void CudaOp::begin_step(cudaStream_t stream, const StepVerdict& verdict,
-                        const ValidateParams* scan) {
+void CudaOp::begin_step(cudaStream_t stream, const StepVerdict& verdict, const ValidateParams* scan,
+                        const NotifyParams* notify) {
   const uint64_t step = ++steps_;
   if (!verdict.error.empty()) write_my_reason(verdict.error);
   StepParams sp;
@@ -269,9 +271,12 @@ void CudaOp::begin_step(cudaStream_t stream, const StepVerdict& verdict,
       MOE_EP_CUDA_CHECK(launch_validate(*scan, num_sms_ * Policy::kValidateBlocksPerSm, stream));
     }
     step_across_nodes(sp, stream);
+  } else if (scan != nullptr && notify != nullptr) {
+    CountParams c{*scan, sp, *notify, 0, scan_blocks_done_.get(), step_done_.get()};
+    MOE_EP_CUDA_CHECK(launch_count(c, num_sms_ * Policy::kNotifyBlocksPerSm, stream));
   } else if (scan != nullptr) {
-    MOE_EP_CUDA_CHECK(launch_validate_step(*scan, sp, scan_blocks_done_.get(),
-                                           num_sms_ * Policy::kValidateBlocksPerSm, stream));
+    MOE_EP_CUDA_CHECK(launch_validate(*scan, num_sms_ * Policy::kValidateBlocksPerSm, stream));
+    MOE_EP_CUDA_CHECK(launch_step(sp, stream));
   } else {
     MOE_EP_CUDA_CHECK(launch_step(sp, stream));
   }
@@ -318,23 +323,23 @@ DispatchResult CudaOp::dispatch(const DispatchArgs& args) {
   try {
     if (have_call_) MOE_EP_CUDA_CHECK(cudaStreamWaitEvent(stream, call_done_.get(), 0));
     ValidateParams scan{};
-    if (accepted) scan = validation_params(args, prequantized, num_tokens);
-    begin_step(stream, verdict, accepted ? &scan : nullptr);
+    NotifyParams np{};
     if (accepted) {
-      NotifyParams np{info,
-                      peers_,
-                      layout_,
-                      args.topk_idx.ptr<int32_t>(),
-                      static_cast<int32_t>(num_tokens),
-                      pos_.get(),
-                      send_offset_.get(),
-                      recv_expert_count_.get(),
-                      &host_.device()->num_recv,
-                      counters_.get(),
-                      steps_,
-                      timeout_ns(),
-                      sink,
-                      nodes_};
+      scan = validation_params(args, prequantized, num_tokens);
+      np = NotifyParams{info,
+                        peers_,
+                        layout_,
+                        args.topk_idx.ptr<int32_t>(),
+                        static_cast<int32_t>(num_tokens),
+                        pos_.get(),
+                        send_offset_.get(),
+                        recv_expert_count_.get(),
+                        &host_.device()->num_recv,
+                        counters_.get(),
+                        0,  // the step: set by begin_step
+                        timeout_ns(),
+                        sink,
+                        nodes_};
       np.remote_experts = remote_experts_.get();
       np.recv_from_self = recv_from_self_.get();
       np.part_words = notify_part_words_.get();
@@ -344,9 +349,12 @@ DispatchResult CudaOp::dispatch(const DispatchArgs& args) {
         np.ce_counts = &host_.device()->ce;
         np.ce_stage_offset = ce_stage_offset_.get();
       }
-      if (!nodes_.several()) {
-        MOE_EP_CUDA_CHECK(launch_notify(np, num_sms_ * Policy::kNotifyBlocksPerSm, stream));
-      } else {
+    }
+    // One node: the scan, the step and notify in one kernel.
+    begin_step(stream, verdict, accepted ? &scan : nullptr, accepted ? &np : nullptr);
+    if (accepted) {
+      np.step = steps_;
+      if (nodes_.several()) {
         notify_across_nodes(np, stream);
         const NodePositionsParams pp{info,
                                      nodes_,

@@ -82,10 +82,12 @@ class CudaOp final : public OpBase {
   // captured: the graph orders its nodes) and ends it.
   bool capturing(cudaStream_t stream) const;
   // Starts a call on `stream`: after the op's previous call, with the step agreement.
-  // `rejection` empty means this rank accepted its arguments. With `scan` (an accepted one-node
-  // dispatch) the input scan and the step agreement run in one kernel (validate_step_kernel).
+  // `rejection` empty means this rank accepted its arguments. With `scan` and `notify` (an
+  // accepted dispatch) the input scan first, and notify after the step (its step set here):
+  // with one node all three in one kernel (count_kernel), else the scan and the step here and
+  // notify left to the caller.
   void begin_step(cudaStream_t stream, const StepVerdict& verdict,
-                  const ValidateParams* scan = nullptr);
+                  const ValidateParams* scan = nullptr, const NotifyParams* notify = nullptr);
   // This rank's reason for rejecting its call, where its step kernel copies it to the peers.
   void write_my_reason(const std::string& error);
   // Where kernels report errors: the mapped record and the device flag.
@@ -183,7 +185,8 @@ class CudaOp final : public OpBase {
   DeviceArray<int32_t> notify_part_sums_;    // [W, E/W + 1]
   DeviceArray<unsigned int> notify_parts_done_;  // [W]
   DeviceArray<unsigned int> block_counter_;      // [1]: dispatch last-block-done counter
-  DeviceArray<unsigned int> scan_blocks_done_;   // [1]: validate_step_kernel's blocks counted in
+  DeviceArray<unsigned int> scan_blocks_done_;   // [1]: count_kernel's scan shares finished
+  DeviceArray<uint64_t> step_done_;              // [1]: count_kernel's latest settled step
   DeviceArray<int32_t> error_flag_;              // device copy of the error code (ErrorSink::flag)
   HostMapped<HostShared> host_;
   Event notified_;   // after notify: num_recv is known

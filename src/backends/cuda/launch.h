@@ -132,6 +132,17 @@ struct NotifyParams {
   // for the combine's in-place sum; null when unused.
   int32_t* recv_from_self = nullptr;
 };
+// An accepted one-node dispatch's first kernel (count_kernel, notify.cuh): the input scan in
+// scan_tickets shares, the step agreement, notify.
+struct CountParams {
+  ValidateParams scan;
+  StepParams step;
+  NotifyParams notify;  // its step is step.step
+  int32_t scan_tickets;
+  unsigned int* scans_done;  // [1] shares of the scan finished, zero between launches
+  uint64_t* step_done;       // [1] the latest step whose agreement is settled
+};
+
 enum NotifyPhase : int32_t {
   kNotifyAll = 0,
   kNotifySend = 1,
@@ -355,13 +366,9 @@ struct LowLatencyParams {
 
 cudaError_t launch_step(const StepParams& p, cudaStream_t stream);
 cudaError_t launch_validate(const ValidateParams& p, int max_blocks, cudaStream_t stream);
-// validate_kernel's grid for p (at most max_blocks); validate_step_kernel's too.
-int validate_blocks(const ValidateParams& p, int max_blocks);
-// A one-node dispatch's scan and step agreement in one kernel (agreement.cuh); blocks_done: [1],
-// zero between launches.
-cudaError_t launch_validate_step(const ValidateParams& v, const StepParams& s,
-                                 unsigned int* blocks_done, int max_blocks, cudaStream_t stream);
 cudaError_t launch_notify(const NotifyParams& p, int max_blocks, cudaStream_t stream);
+// count_kernel (notify.cuh) for c, its scan_tickets set here; at most max_blocks blocks.
+cudaError_t launch_count(CountParams c, int max_blocks, cudaStream_t stream);
 // The data kernel, then (with_wait) the kernel that waits for every source's done word. Several
 // nodes launch the wait after forwarding (launch_dispatch_wait).
 cudaError_t launch_dispatch(DispatchDtype dtype, bool prequantized, const DispatchParams& p,

@@ -5,34 +5,59 @@
 
 namespace moe_ep::cuda_backend {
 
-int validate_blocks(const ValidateParams& p, int max_blocks) {
+namespace {
+
+// Shares of the input scan for p: one per `threads` x `per_thread` items (ids, or x's elements in
+// validation mode), 1 to max_shares.
+int scan_shares(const ValidateParams& p, int threads, int per_thread, int max_shares) {
   const int64_t work = std::max<int64_t>(
       static_cast<int64_t>(p.num_tokens) * p.info.topk,
       p.validate && p.x_bf16 ? static_cast<int64_t>(p.num_tokens) * p.info.hidden : 0);
-  const int64_t wanted = (work + Policy::kValidateThreads - 1) / Policy::kValidateThreads;
-  return static_cast<int>(std::clamp<int64_t>(wanted, 1, max_blocks));
+  const int64_t per_share = static_cast<int64_t>(threads) * per_thread;
+  return static_cast<int>(std::clamp<int64_t>((work + per_share - 1) / per_share, 1, max_shares));
 }
 
+// notify's tickets (W x parts senders, then 1 receiver, by phase): a block per ticket at most,
+// fewer taking several each. Its dynamic shared memory.
+int notify_tickets(const NotifyParams& p) {
+  const int senders = p.info.world_size * notify_parts(p.num_tokens);
+  return p.phase == kNotifyAll ? senders + 1 : p.phase == kNotifySend ? senders : 1;
+}
+size_t notify_smem(const NotifyParams& p) {
+  return sizeof(int) * std::max(p.info.experts_per_rank, p.info.world_size * p.info.world_size);
+}
+
+}  // namespace
+
 cudaError_t launch_validate(const ValidateParams& p, int max_blocks, cudaStream_t stream) {
-  return launch_following(validate_kernel, dim3(validate_blocks(p, max_blocks)),
+  return launch_following(validate_kernel,
+                          dim3(scan_shares(p, Policy::kValidateThreads, 1, max_blocks)),
                           dim3(Policy::kValidateThreads), 0, stream, p);
 }
 
 cudaError_t launch_notify(const NotifyParams& p, int max_blocks, cudaStream_t stream) {
-  const int world = p.info.world_size;
-  const size_t smem = sizeof(int) * std::max(p.info.experts_per_rank, world * world);
-  // One block per ticket at most (W x parts senders + 1 receiver); fewer take several tickets
-  // each. Several nodes launch the senders and the receiver (one block) apart.
-  const int senders = world * notify_parts(p.num_tokens);
-  const int tickets = p.phase == kNotifyAll ? senders + 1 : p.phase == kNotifySend ? senders : 1;
-  const int blocks = std::clamp(tickets, 1, max_blocks);
-  return launch_following(notify_kernel, dim3(blocks), dim3(Policy::kNotifyThreads), smem, stream,
-                          p);
+  // Several nodes launch the senders and the receiver (one block) apart.
+  const int blocks = std::clamp(notify_tickets(p), 1, max_blocks);
+  return launch_following(notify_kernel, dim3(blocks), dim3(Policy::kNotifyThreads), notify_smem(p),
+                          stream, p);
+}
+
+cudaError_t launch_count(CountParams c, int max_blocks, cudaStream_t stream) {
+  // A share: 4 ids a thread (or 4 of x's elements in validation mode), as many shares as blocks
+  // at most.
+  c.scan_tickets = scan_shares(c.scan, Policy::kNotifyThreads, 4, max_blocks);
+  c.notify.step = c.step.step;
+  c.notify.phase = kNotifyAll;
+  const int blocks = std::clamp(c.scan_tickets + notify_tickets(c.notify), 1, max_blocks);
+  return launch_following(count_kernel, dim3(blocks), dim3(Policy::kNotifyThreads),
+                          notify_smem(c.notify), stream, c);
 }
 
 cudaError_t preload_notify_kernels() {
   const cudaError_t status = load_kernel(validate_kernel);
-  return status != cudaSuccess ? status : load_kernel(notify_kernel);
+  if (status != cudaSuccess) return status;
+  const cudaError_t notify = load_kernel(notify_kernel);
+  return notify != cudaSuccess ? notify : load_kernel(count_kernel);
 }
 
 }  // namespace moe_ep::cuda_backend

@@ -16,6 +16,7 @@
 
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/launch.h"
+#include "backends/cuda/step_block.cuh"
 #include "backends/cuda/validate.cuh"
 
 namespace moe_ep::cuda_backend {
@@ -23,7 +24,7 @@ namespace moe_ep::cuda_backend {
 __global__ void validate_kernel(ValidateParams p) {
   wait_previous_kernel();  // the call's first kernel: after whatever ran before on the stream
   let_next_kernel_launch();
-  validate_scan(p);
+  validate_scan(p, static_cast<int>(blockIdx.x), static_cast<int>(gridDim.x));
 }
 
 // notify_send's scan: kNotifyTokensPerThread tokens a thread in the blocked arrangement (thread
@@ -341,6 +342,16 @@ __device__ void notify_receive(const NotifyParams& p, int* counts /* [W*W] */) {
   }
 }
 
+// A block's end in notify_kernel and count_kernel: it waits on no peer any more, so the next
+// kernel may launch; the last block out resets the tickets for the op's next dispatch.
+__device__ inline void notify_leave(const NotifyParams& p) {
+  let_next_kernel_launch();
+  if (threadIdx.x == 0 && atomicAdd(&p.tickets[1], 1u) == gridDim.x - 1) {
+    p.tickets[0] = 0;
+    p.tickets[1] = 0;
+  }
+}
+
 __global__ void __launch_bounds__(Policy::kNotifyThreads) notify_kernel(NotifyParams p) {
   extern __shared__ int notify_smem[];  // [max(E/W, W*W)]
   wait_previous_kernel();
@@ -373,12 +384,77 @@ __global__ void __launch_bounds__(Policy::kNotifyThreads) notify_kernel(NotifyPa
     // round trip after the receive, the end of notify's longest path).
     if (t == last) break;
   }
-  let_next_kernel_launch();  // this block waits on no peer any more
-  // The last block out resets the tickets for the op's next dispatch.
-  if (threadIdx.x == 0 && atomicAdd(&p.tickets[1], 1u) == gridDim.x - 1) {
-    p.tickets[0] = 0;
-    p.tickets[1] = 0;
+  notify_leave(p);
+}
+
+// An accepted one-node dispatch's first kernel: the input scan, the step agreement and notify in
+// one launch, by tickets in this order: c.scan_tickets shares of the scan (validate_scan), then
+// notify's sender tickets (d, part), then its receiver's. The block that finishes the last share
+// of the scan (all shares were handed out before any later ticket) runs the step agreement
+// (step_block), this rank rejecting the call when the scan failed, and then publishes the step
+// in *c.step_done. A notify ticket waits for that word, then moves nothing if the error flag is
+// set (the step failed or this rank rejected), as notify_kernel after the step kernel. Every wait
+// is for a lower ticket, taken by a running block, or for a peer, so the kernel finishes with any
+// number of its blocks resident. One launch and one kernel boundary fewer than validate_kernel,
+// step_kernel and notify_kernel one after the other; the same words, stores and errors.
+__global__ void __launch_bounds__(Policy::kNotifyThreads) count_kernel(CountParams c) {
+  extern __shared__ int notify_smem[];  // [max(E/W, W*W)]
+  wait_previous_kernel();               // the call's first kernel
+  const NotifyParams& p = c.notify;
+  const unsigned int scans = static_cast<unsigned int>(c.scan_tickets);
+  const int parts = notify_parts(p.num_tokens);
+  const unsigned int senders = static_cast<unsigned int>(p.info.world_size * parts);
+  const unsigned int last = scans + senders;  // the receiver's ticket
+  __shared__ unsigned int ticket;
+  __shared__ bool last_share;
+  __shared__ bool go;
+  bool verdict_read = false;
+  while (true) {
+    if (threadIdx.x == 0) ticket = atomicAdd(&p.tickets[0], 1u);
+    __syncthreads();
+    const unsigned int t = ticket;
+    __syncthreads();
+    if (t > last) break;
+    if (t < scans) {
+      validate_scan(c.scan, static_cast<int>(t), c.scan_tickets);
+      __threadfence();  // this thread's reports (the error flag) before the block counts its share
+      __syncthreads();
+      if (threadIdx.x == 0) last_share = atomicAdd(c.scans_done, 1u) == scans - 1u;
+      __syncthreads();
+      if (last_share) {
+        __threadfence();  // every share's reports are in (step_block reads the flag)
+        if (threadIdx.x == 0) *c.scans_done = 0;  // for the op's next dispatch
+        step_block(c.step, /*let_next=*/false);
+        __syncthreads();  // the outcome and the error flag are stored
+        if (threadIdx.x == 0) {
+          __threadfence();
+          st_release_sys(c.step_done, c.step.step);
+        }
+      }
+    } else {
+      if (!verdict_read) {  // once per block: the word only ever moves to this step
+        if (threadIdx.x == 0) {
+          uint64_t word = 0;
+          // Returns false, moving nothing, once the error flag is set (a failed step sets it).
+          go = wait_tagged(c.step_done, 0, c.step.step, p.timeout_ns, p.err, kPhaseStep,
+                           p.info.rank, p.info.rank, &word) &&
+               ld_volatile(p.err.flag) == 0;
+        }
+        __syncthreads();
+        verdict_read = true;
+      }
+      if (go) {
+        if (t < last) {
+          notify_send(p, static_cast<int>(t - scans) / parts, static_cast<int>(t - scans) % parts,
+                      parts, notify_smem);
+        } else {
+          notify_receive(p, notify_smem);
+        }
+      }
+    }
+    if (t == last) break;  // as in notify_kernel
   }
+  notify_leave(p);
 }
 
 }  // namespace moe_ep::cuda_backend

@@ -1,7 +1,8 @@
-// A dispatch's scan of its inputs (validate_kernel in notify.cuh, validate_step_kernel in
-// agreement.cuh): the range of expert ids always; in validation mode (MOE_EP_VALIDATE) also
-// repeated expert ids in a token and non-finite weights and x. A failure sets the error flag,
-// which the step agreement turns into this rank's rejection of the call. Grid-stride: any grid.
+// A dispatch's scan of its inputs (validate_kernel and count_kernel in notify.cuh): the range of
+// expert ids always; in validation mode (MOE_EP_VALIDATE) also repeated expert ids in a token
+// and non-finite weights and x. A failure sets the error flag, which the step agreement turns
+// into this rank's rejection of the call. Split into `parts` strided shares (one per block of
+// validate_kernel's grid, one per scan ticket of count_kernel); share `part` of them here.
 #pragma once
 
 #include "backends/cuda/common.cuh"
@@ -10,14 +11,14 @@
 
 namespace moe_ep::cuda_backend {
 
-__device__ inline void validate_scan(const ValidateParams& p) {
+__device__ inline void validate_scan(const ValidateParams& p, int part, int parts) {
   const RankInfo& info = p.info;
-  if (p.started_ns != nullptr && blockIdx.x == 0 && threadIdx.x == 0) {
+  if (p.started_ns != nullptr && part == 0 && threadIdx.x == 0) {
     *p.started_ns = global_timer_ns();
   }
   const int64_t total_slots = static_cast<int64_t>(p.num_tokens) * info.topk;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total_slots;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+  for (int64_t i = part * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total_slots;
+       i += static_cast<int64_t>(parts) * blockDim.x) {
     const int64_t t = i / info.topk;
     const int k = static_cast<int>(i % info.topk);
     const int32_t e = p.topk_idx[i];
@@ -36,8 +37,8 @@ __device__ inline void validate_scan(const ValidateParams& p) {
   }
   if (!p.validate || p.x_bf16 == nullptr) return;
   const int64_t total = static_cast<int64_t>(p.num_tokens) * info.hidden;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+  for (int64_t i = part * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(parts) * blockDim.x) {
     if (!formats::is_finite(formats::bf16_to_float(p.x_bf16[i]))) {
       report_error(p.err, kDevNonfiniteX, 0, info.rank, -1, 0, 0, i / info.hidden, i % info.hidden,
                    0);
