@@ -2,10 +2,10 @@
 # v28 run U (session 35): run T again after two changes to count_kernel: notify's senders scan
 # while the step runs (they wait for its word only before they store), an id a thread per scan share,
 # and the senders' wait bounded at twice the step's bound (run T's failed timeout test).
-#   bash docs/results/v28-one-h200/runT.sh       (logs to $OUT)
+#   bash docs/results/v28-one-h200/runU.sh       (logs to $OUT)
 # A = `git archive HEAD` on the machine (the session's first commit, 2781ce6: validate_step_kernel
 # then notify_kernel), ./ = the working tree. ncu of the kernels of one fp8 dispatch at 128 and
-# 4096 tokens on both, the bench alternated A B A B, then the tests of normal mode's dispatch on ./.
+# 4096 tokens on ./ (A's are in run T), the bench alternated A B A B, then the tests of normal mode's dispatch on ./.
 set -u
 T0=$(date +%s)
 t() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
