@@ -323,6 +323,59 @@ TEST(GpuBackend, RejectedInputFailsEveryRankAndOpStaysUsable) {
   }
 }
 
+// A dispatch that fails in the step after an accepted one: rank 0's ids are out of range, which
+// only the device scan finds, so every rank's count_kernel (notify.cuh) ran its senders, which
+// store the failed call's positions before the step settles. They went to the spare half of the
+// op's positions: the accepted dispatch's handle still combines to the CPU's output, bit for bit.
+TEST(GpuBackend, DispatchFailingInTheStepLeavesTheLatestHandleCombinable) {
+  MOE_EP_REQUIRE_GPU();
+  const int world = cuda_device_count();
+  const uint64_t seed = test_seed();
+  OpConfig config{16 * world, 256, 4, 64, DispatchDtype::fp8, CombineDtype::bf16, 0};
+  InputSpec spec{config, world, 0.1, -1, false};
+  const auto first = make_inputs(spec, seed, std::vector<int64_t>(world, 64));
+  auto bad = make_inputs(spec, seed + 1, std::vector<int64_t>(world, 64));  // other routing
+  bad[0].topk_idx[5 * 4 + 2] = config.num_experts;
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const RoundResult cpu = run_rounds(config, world, {first}).front();
+  std::vector<std::vector<uint16_t>> out(world);
+  std::vector<std::string> failure(world);
+  auto comms = comms_for(world);
+  const auto errors = run_gpu_ranks(comms, [&](int rank, const std::shared_ptr<Communicator>& c) {
+    auto op = create_op(c, config);
+    DeviceInput in_first(first[rank], rank);
+    const DispatchResult d = op->dispatch(in_first.view);
+    op->synchronize(nullptr);
+    const std::vector<uint16_t> y = identity_expert(download_outputs(d), config);
+    DeviceInput in_bad(bad[rank], rank);
+    try {
+      op->dispatch(in_bad.view);
+    } catch (const InvalidArgument& e) {
+      failure[rank] = e.what();
+    }
+    DeviceBuffer y_dev = DeviceBuffer::copy_of(y);
+    const int64_t tokens = first[rank].num_tokens;
+    DeviceBuffer out_dev =
+        DeviceBuffer::copy_of(std::vector<uint16_t>(tokens * config.hidden, 0xffff));
+    const TensorView out_view = TensorView::matrix(out_dev.ptr.get(), ScalarType::kBFloat16, tokens,
+                                                   config.hidden, DeviceType::kCuda, rank);
+    op->combine(d.handle,
+                TensorView::matrix(y_dev.ptr.get(), ScalarType::kBFloat16, d.num_recv,
+                                   config.hidden, DeviceType::kCuda, rank),
+                out_view, nullptr);
+    op->synchronize(nullptr);
+    out[rank] = download_view<uint16_t>(out_view);
+  });
+  for (int r = 0; r < world; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    EXPECT_EQ(errors[r], "");
+    EXPECT_NE(failure[r].find(r == 0 ? "topk_idx[5][2]=" : "rank 0 rejected its input"),
+              std::string::npos)
+        << failure[r];
+    expect_same("out", out[r], cpu.out[r]);
+  }
+}
+
 // Validation mode (MOE_EP_VALIDATE=1, set by ctest for every test) on the GPU: a NaN in x, an
 // Inf in the weights and a duplicated expert are each reported with their position, on the rank
 // that has them, while the others learn that it rejected its input.

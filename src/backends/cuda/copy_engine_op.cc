@@ -107,7 +107,7 @@ void CudaOp::combine_copy_engine(const Handle& handle, const TensorView& y, cons
                      handle.num_recv,
                      accepted ? out.ptr<uint16_t>() : nullptr,
                      static_cast<int32_t>(handle.num_tokens),
-                     pos_.get(),
+                     pos(),
                      counters_.get() + 2,
                      0,
                      timeout_ns(),

@@ -38,8 +38,8 @@ CudaOp::CudaOp(std::shared_ptr<CudaComm> comm, const OpConfig& config, int num_s
       combine_wire.payload_bytes + combine_wire.scale_bytes, config.low_latency,
       static_cast<int>((config.hidden + Policy::kDispatchSliceElems - 1) /
                        Policy::kDispatchSliceElems));
-  pos_ =
-      DeviceArray<int32_t>(device_, static_cast<size_t>(world_size_) * config.max_tokens_per_rank);
+  pos_ = DeviceArray<int32_t>(device_,
+                              2 * static_cast<size_t>(world_size_) * config.max_tokens_per_rank);
   send_offset_ = DeviceArray<int32_t>(device_, world_size_);
   recv_from_self_ = DeviceArray<int32_t>(device_, 1);
   recv_expert_count_ = DeviceArray<int32_t>(device_, layout_.local_experts);
@@ -320,6 +320,18 @@ DispatchResult CudaOp::dispatch(const DispatchArgs& args) {
   const RankInfo info = rank_info();
   const ErrorSink sink = error_sink();
   host_.host()->num_recv = -1;
+  // This call's positions go to the spare half of pos_ (count_kernel's senders store them before
+  // the step settles), which becomes the latest once the call has passed; a call that fails
+  // leaves the latest handle's positions alone (undone on the way out).
+  struct UndoFlip {
+    int& half;
+    bool armed;
+    ~UndoFlip() {
+      if (armed) half ^= 1;
+    }
+  };
+  if (accepted) pos_half_ ^= 1;
+  UndoFlip undo_flip{pos_half_, accepted};
   try {
     if (have_call_) MOE_EP_CUDA_CHECK(cudaStreamWaitEvent(stream, call_done_.get(), 0));
     ValidateParams scan{};
@@ -331,7 +343,7 @@ DispatchResult CudaOp::dispatch(const DispatchArgs& args) {
                         layout_,
                         args.topk_idx.ptr<int32_t>(),
                         static_cast<int32_t>(num_tokens),
-                        pos_.get(),
+                        pos(),
                         send_offset_.get(),
                         recv_expert_count_.get(),
                         &host_.device()->num_recv,
@@ -358,7 +370,7 @@ DispatchResult CudaOp::dispatch(const DispatchArgs& args) {
         notify_across_nodes(np, stream);
         const NodePositionsParams pp{info,
                                      nodes_,
-                                     pos_.get(),
+                                     pos(),
                                      static_cast<int32_t>(num_tokens),
                                      node_pos_.get(),
                                      node_rows_.get(),
@@ -378,7 +390,7 @@ DispatchResult CudaOp::dispatch(const DispatchArgs& args) {
                         args.topk_idx.ptr<int32_t>(),
                         args.topk_weights.ptr<float>(),
                         static_cast<int32_t>(num_tokens),
-                        pos_.get(),
+                        pos(),
                         send_offset_.get(),
                         block_counter_.get(),
                         steps_,
@@ -434,6 +446,7 @@ DispatchResult CudaOp::dispatch(const DispatchArgs& args) {
     }
   }
   latest_ = Handle{uid_, verdict.call, num_tokens, num_recv};
+  undo_flip.armed = false;
   combined_ = false;
   const char* self = buffer_->local();
   RecvBuffers b;
@@ -484,7 +497,7 @@ void CudaOp::combine(const Handle& handle, const TensorView& y, const TensorView
                        handle.num_recv,
                        out.ptr<uint16_t>(),
                        nodes_.several() ? 0 : static_cast<int32_t>(handle.num_tokens),
-                       pos_.get(),
+                       pos(),
                        counters_.get() + 2,
                        steps_,
                        timeout_ns(),

@@ -175,14 +175,18 @@ class CudaOp final : public OpBase {
   PeerTable peers_{};
   // [2] when the latest step kernel and validation scan began (global timer), for reports
   DeviceArray<uint64_t> step_started_;
-  int64_t step_launched_ns_ = 0;             // host clock at the latest step's launch, for reports
-  DeviceArray<int32_t> pos_;                 // [W, max_tokens]
-  DeviceArray<int32_t> send_offset_;         // [W]
-  DeviceArray<int32_t> recv_from_self_;      // [1]: rows received from this rank itself
-  DeviceArray<int32_t> recv_expert_count_;   // [E / W]
-  DeviceArray<unsigned int> counters_;       // [4]: notify tickets [2], combine tickets [2]
-  DeviceArray<uint64_t> notify_part_words_;  // [W, kNotifyMaxParts] (launch.h, NotifyParams)
-  DeviceArray<int32_t> notify_part_sums_;    // [W, E/W + 1]
+  int64_t step_launched_ns_ = 0;  // host clock at the latest step's launch, for reports
+  DeviceArray<int32_t> pos_;      // [2][W, max_tokens]: the latest, the spare
+  int pos_half_ = 0;              // the latest dispatch's half of pos_
+  int32_t* pos() const {
+    return pos_.get() + static_cast<size_t>(pos_half_) * world_size_ * config_.max_tokens_per_rank;
+  }
+  DeviceArray<int32_t> send_offset_;             // [W]
+  DeviceArray<int32_t> recv_from_self_;          // [1]: rows received from this rank itself
+  DeviceArray<int32_t> recv_expert_count_;       // [E / W]
+  DeviceArray<unsigned int> counters_;           // [4]: notify tickets [2], combine tickets [2]
+  DeviceArray<uint64_t> notify_part_words_;      // [W, kNotifyMaxParts] (launch.h, NotifyParams)
+  DeviceArray<int32_t> notify_part_sums_;        // [W, E/W + 1]
   DeviceArray<unsigned int> notify_parts_done_;  // [W]
   DeviceArray<unsigned int> block_counter_;      // [1]: dispatch last-block-done counter
   DeviceArray<unsigned int> scan_blocks_done_;   // [1]: count_kernel's scan shares finished

@@ -107,7 +107,7 @@ NodeParams CudaOp::node_params() const {
   p.partial_out = partial_out_.get();
   p.partial_in = partial_in_.get();
   p.scratch_flag = scratch_flag_.get();
-  p.pos = pos_.get();
+  p.pos = pos();
   p.node_pos = node_pos_.get();
   p.step = steps_;
   p.timeout_ns = timeout_ns();

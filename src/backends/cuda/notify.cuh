@@ -209,13 +209,9 @@ __device__ int notify_part_prefix(const NotifyParams& p, int dest, int part, int
 // gives every token's position in token order within the chunk. With several parts (at most one
 // chunk each), the rows before the part come from notify_part_prefix, and each part adds its
 // per-expert counts and rows into part_sums[d]; the last part to finish takes them (resetting
-// them to 0) and publishes. `ready()` (block-uniform) is asked once, after the scan of the
-// part's first chunk and before anything of it is stored: false ends the ticket with nothing
-// stored (count_kernel's senders scan while the step agreement runs; notify_kernel runs after
-// it and passes AfterTheStep).
-template <typename Ready>
-__device__ void notify_send(const NotifyParams& p, int dest, int part, int parts, int* expert_count,
-                            Ready ready) {
+// them to 0) and publishes.
+__device__ void notify_send(const NotifyParams& p, int dest, int part, int parts,
+                            int* expert_count) {
   constexpr int kItems = kNotifyTokensPerThread;
   using Scan = cub::BlockScan<int, Policy::kNotifyThreads>;
   __shared__ typename Scan::TempStorage scan_storage;
@@ -247,7 +243,6 @@ __device__ void notify_send(const NotifyParams& p, int dest, int part, int parts
     }
     int chunk_total = 0;
     Scan(scan_storage).ExclusiveSum(flag, prefix, chunk_total);
-    if (base == range.begin && !ready()) return;  // block-uniform
     // Several parts: one chunk each, so the part's rows are chunk_total.
     const int before = parts > 1 ? notify_part_prefix(p, dest, part, chunk_total) : running;
 #pragma unroll
@@ -262,7 +257,6 @@ __device__ void notify_send(const NotifyParams& p, int dest, int part, int parts
   }
   // An empty part (not made by notify_part_range for a part count from notify_parts, but a later
   // part must not wait for it): its words all the same.
-  if (range.begin >= range.end && !ready()) return;  // no chunk asked it
   if (parts > 1 && range.begin >= range.end) notify_part_prefix(p, dest, part, 0);
   if (parts == 1) {
     notify_publish(p, dest, running, expert_count);
@@ -348,11 +342,6 @@ __device__ void notify_receive(const NotifyParams& p, int* counts /* [W*W] */) {
   }
 }
 
-// notify_kernel's senders run after the step kernel: nothing to wait for.
-struct AfterTheStep {
-  __device__ bool operator()() const { return true; }
-};
-
 // A block's end in notify_kernel and count_kernel: it waits on no peer any more, so the next
 // kernel may launch; the last block out resets the tickets for the op's next dispatch.
 __device__ inline void notify_leave(const NotifyParams& p) {
@@ -387,8 +376,7 @@ __global__ void __launch_bounds__(Policy::kNotifyThreads) notify_kernel(NotifyPa
     __syncthreads();
     if (t > last) break;
     if (t < senders) {
-      notify_send(p, static_cast<int>(t) / parts, static_cast<int>(t) % parts, parts, notify_smem,
-                  AfterTheStep{});
+      notify_send(p, static_cast<int>(t) / parts, static_cast<int>(t) % parts, parts, notify_smem);
     } else {
       notify_receive(p, notify_smem);
     }
@@ -403,14 +391,17 @@ __global__ void __launch_bounds__(Policy::kNotifyThreads) notify_kernel(NotifyPa
 // one launch, by tickets in this order: c.scan_tickets shares of the scan (validate_scan), then
 // notify's sender tickets (d, part), then its receiver's. The block that finishes the last share
 // of the scan (all shares were handed out before any later ticket) runs the step agreement
-// (step_block), this rank rejecting the call when the scan failed, and then publishes the step
-// in *c.step_done. A sender scans its part while the step runs and waits for that word before it
-// stores anything (notify_send's `ready`), the receiver before it starts; both move nothing if
-// the error flag is set (the step failed or this rank rejected), as notify_kernel after the step
-// kernel. Every wait
-// is for a lower ticket, taken by a running block, or for a peer, so the kernel finishes with any
-// number of its blocks resident. One launch and one kernel boundary fewer than validate_kernel,
-// step_kernel and notify_kernel one after the other; the same words, stores and errors.
+// (step_block), this rank rejecting the call when the scan failed, and then stores the step in
+// *c.step_done. The senders do not wait for it: what they store is harmless when the call fails
+// (positions into the op's spare half, which a failed call leaves spare; count words tagged with
+// the step, which no receiver reads then; look-back words and sums that their last part resets),
+// so they scan while the step runs, and an invalid id only counts nowhere. The receiver, the one
+// ticket whose stores a failed call must not make, waits for the word and moves nothing if the
+// error flag is set, as notify_kernel after the step kernel. So only the step block and the
+// receiver wait on peers, as with the three kernels (v28 run U: senders that waited for the
+// step held SMs that a one-GPU world's peers needed, and W = 8 stalled until the timeouts).
+// Every other wait is for a lower ticket, taken by a running block, so the kernel finishes with
+// any number of its blocks resident.
 __global__ void __launch_bounds__(Policy::kNotifyThreads) count_kernel(CountParams c) {
   extern __shared__ int notify_smem[];  // [max(E/W, W*W)]
   wait_previous_kernel();               // the call's first kernel
@@ -422,24 +413,6 @@ __global__ void __launch_bounds__(Policy::kNotifyThreads) count_kernel(CountPara
   __shared__ unsigned int ticket;
   __shared__ bool last_share;
   __shared__ bool go;
-  bool verdict_read = false;
-  // Whether this call moves anything, once per block (the word only ever moves to this step).
-  // Bounded at twice the step's own bound, so that a peer that never comes is reported by the
-  // step agreement's wait, not this one; false at once when the error flag is set (a failed step
-  // sets it before it stores the word).
-  const auto ready = [&]() {
-    if (!verdict_read) {
-      if (threadIdx.x == 0) {
-        uint64_t word = 0;
-        go = wait_tagged(c.step_done, 0, c.step.step, 2 * p.timeout_ns, p.err, kPhaseStep,
-                         p.info.rank, p.info.rank, &word) &&
-             ld_volatile(p.err.flag) == 0;
-      }
-      __syncthreads();
-      verdict_read = true;
-    }
-    return go;
-  };
   while (true) {
     if (threadIdx.x == 0) ticket = atomicAdd(&p.tickets[0], 1u);
     __syncthreads();
@@ -464,9 +437,19 @@ __global__ void __launch_bounds__(Policy::kNotifyThreads) count_kernel(CountPara
       }
     } else if (t < last) {
       notify_send(p, static_cast<int>(t - scans) / parts, static_cast<int>(t - scans) % parts,
-                  parts, notify_smem, ready);
-    } else if (ready()) {
-      notify_receive(p, notify_smem);
+                  parts, notify_smem);
+    } else {
+      // The receiver: after the step. Bounded at twice the step's own bound, so that a peer that
+      // never comes is reported by the step agreement's wait, not this one; false at once when
+      // the error flag is set (a failed step sets it before it stores the word).
+      if (threadIdx.x == 0) {
+        uint64_t word = 0;
+        go = wait_tagged(c.step_done, 0, c.step.step, 2 * p.timeout_ns, p.err, kPhaseStep,
+                         p.info.rank, p.info.rank, &word) &&
+             ld_volatile(p.err.flag) == 0;
+      }
+      __syncthreads();
+      if (go) notify_receive(p, notify_smem);
     }
     if (t == last) break;  // as in notify_kernel
   }
