@@ -36,12 +36,12 @@ for v in $A $C $A $C; do
 done > $OUT/bench.log 2>&1
 grep -E "^==|^ +[0-9]|wrong|rror" $OUT/bench.log
 t bench
-MOE_EP_TIMEOUT_S=10 timeout $(( 480 - $(date +%s) + T0 )) ctest --test-dir build/gpu -R '^(GpuBackend|unvalidated|GpuTimeoutLog|Ranks/SingleGpuWorld|SingleGpuWorld|GpuCopyEngine|Ranks/GpuCopyEngine|GpuAgreement|GpuMemory)' --output-on-failure --timeout 60 > $OUT/ctest.log 2>&1
+MOE_EP_TIMEOUT_S=10 timeout $(( 390 - $(date +%s) + T0 )) ctest --test-dir build/gpu -R '^(GpuBackend|unvalidated|GpuTimeoutLog|Ranks/SingleGpuWorld|SingleGpuWorld|GpuCopyEngine|Ranks/GpuCopyEngine|GpuAgreement|GpuMemory)' --output-on-failure --timeout 60 > $OUT/ctest.log 2>&1
 echo "ctest rc $?"
 grep -E "tests passed|Failed|\*\*\*|Timeout" $OUT/ctest.log | head -40
 t ctest
 # The W8 tests of the one-GPU world again (run U's stall was in one), in the time left.
-MOE_EP_TIMEOUT_S=10 timeout $(( 585 - $(date +%s) + T0 )) ctest --test-dir build/gpu -R '/W8$' -E 'LowLatency' --repeat until-fail:3 --output-on-failure --timeout 60 > $OUT/ctest-w8.log 2>&1
+MOE_EP_TIMEOUT_S=10 timeout $(( 470 - $(date +%s) + T0 )) ctest --test-dir build/gpu -R '/W8$' -E 'LowLatency' --repeat until-fail:3 --output-on-failure --timeout 60 > $OUT/ctest-w8.log 2>&1
 echo "ctest W8 rc $?"
 grep -E "tests passed|Failed|\*\*\*|Timeout|Test +#" $OUT/ctest-w8.log | head -40
 t end
