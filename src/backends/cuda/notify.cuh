@@ -398,8 +398,9 @@ __global__ void __launch_bounds__(Policy::kNotifyThreads) notify_kernel(NotifyPa
 // so they scan while the step runs, and an invalid id only counts nowhere. The receiver, the one
 // ticket whose stores a failed call must not make, waits for the word and moves nothing if the
 // error flag is set, as notify_kernel after the step kernel. So only the step block and the
-// receiver wait on peers, as with the three kernels (v28 run U: senders that waited for the
-// step held SMs that a one-GPU world's peers needed, and W = 8 stalled until the timeouts).
+// receiver wait on peers, as with the three kernels: senders that waited for the step would
+// hold SMs while a peer's step is pending, which ranks sharing a GPU may need (v28: an earlier
+// version did so; no stall was traced to it; the concern of common.cuh's launch rule).
 // Every other wait is for a lower ticket, taken by a running block, so the kernel finishes with
 // any number of its blocks resident.
 __global__ void __launch_bounds__(Policy::kNotifyThreads) count_kernel(CountParams c) {
