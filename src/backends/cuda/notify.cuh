@@ -342,6 +342,16 @@ __device__ void notify_receive(const NotifyParams& p, int* counts /* [W*W] */) {
   }
 }
 
+// The block's next ticket from the dispenser tickets[0], the same for every thread.
+__device__ inline unsigned int take_ticket(unsigned int* tickets) {
+  __shared__ unsigned int ticket;
+  if (threadIdx.x == 0) ticket = atomicAdd(&tickets[0], 1u);
+  __syncthreads();
+  const unsigned int t = ticket;
+  __syncthreads();  // `ticket` is rewritten by the next take
+  return t;
+}
+
 // A block's end in notify_kernel and count_kernel: it waits on no peer any more, so the next
 // kernel may launch; the last block out resets the tickets for the op's next dispatch.
 __device__ inline void notify_leave(const NotifyParams& p) {
@@ -368,12 +378,8 @@ __global__ void __launch_bounds__(Policy::kNotifyThreads) notify_kernel(NotifyPa
   const int parts = notify_parts(p.num_tokens);
   const unsigned int senders = world * static_cast<unsigned int>(parts);
   const unsigned int last = p.phase == kNotifySend ? senders - 1 : senders;
-  __shared__ unsigned int ticket;
   while (true) {
-    if (threadIdx.x == 0) ticket = atomicAdd(&p.tickets[0], 1u);
-    __syncthreads();
-    const unsigned int t = ticket;
-    __syncthreads();
+    const unsigned int t = take_ticket(p.tickets);
     if (t > last) break;
     if (t < senders) {
       notify_send(p, static_cast<int>(t) / parts, static_cast<int>(t) % parts, parts, notify_smem);
@@ -411,14 +417,10 @@ __global__ void __launch_bounds__(Policy::kNotifyThreads) count_kernel(CountPara
   const int parts = notify_parts(p.num_tokens);
   const unsigned int senders = static_cast<unsigned int>(p.info.world_size * parts);
   const unsigned int last = scans + senders;  // the receiver's ticket
-  __shared__ unsigned int ticket;
   __shared__ bool last_share;
   __shared__ bool go;
   while (true) {
-    if (threadIdx.x == 0) ticket = atomicAdd(&p.tickets[0], 1u);
-    __syncthreads();
-    const unsigned int t = ticket;
-    __syncthreads();
+    const unsigned int t = take_ticket(p.tickets);
     if (t > last) break;
     if (t < scans) {
       validate_scan(c.scan, static_cast<int>(t), c.scan_tickets);
