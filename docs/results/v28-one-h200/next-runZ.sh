@@ -21,9 +21,11 @@ for v in A B1 B2; do
   rm -rf tmp-gpu/$v && mkdir -p tmp-gpu/$v &&
     git archive HEAD CMakeLists.txt CMakePresets.json cmake include src tools tests python pyproject.toml | tar -x -C tmp-gpu/$v
 done
-(cd tmp-gpu/B1 && patch -p1 < ../../$P/next-receiver-early-launch.patch && patch -p1 < ../../$P/next-no-fence-for-num-recv.patch) > /dev/null
-(cd tmp-gpu/B2 && patch -p1 < ../../$P/next-receiver-early-launch.patch && patch -p1 < ../../$P/next-no-fence-for-num-recv.patch &&
-  patch -p1 < ../../$P/next-notify-512-threads.patch) > /dev/null
+for v in B1 B2; do
+  git apply --directory=tmp-gpu/$v $P/next-receiver-early-launch.patch $P/next-no-fence-for-num-recv.patch
+done
+git apply --directory=tmp-gpu/B2 $P/next-notify-512-threads.patch
+grep -c "kNotifyThreads = 512" tmp-gpu/*/src/backends/cuda/policy.h  # B2 only
 build() {  # build DIR TESTS JOBS TARGETS...
   local d=$1 tests=$2 jobs=$3; shift 3
   (cd $d && cmake -S . -B build/gpu $CFG -DMOE_EP_BUILD_TESTS=$tests > /dev/null 2>&1 &&
