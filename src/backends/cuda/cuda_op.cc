@@ -274,9 +274,6 @@ void CudaOp::begin_step(cudaStream_t stream, const StepVerdict& verdict, const V
   } else if (scan != nullptr && notify != nullptr) {
     CountParams c{*scan, sp, *notify, 0, scan_blocks_done_.get(), step_done_.get()};
     MOE_EP_CUDA_CHECK(launch_count(c, num_sms_ * Policy::kNotifyBlocksPerSm, stream));
-  } else if (scan != nullptr) {
-    MOE_EP_CUDA_CHECK(launch_validate(*scan, num_sms_ * Policy::kValidateBlocksPerSm, stream));
-    MOE_EP_CUDA_CHECK(launch_step(sp, stream));
   } else {
     MOE_EP_CUDA_CHECK(launch_step(sp, stream));
   }
@@ -365,8 +362,8 @@ DispatchResult CudaOp::dispatch(const DispatchArgs& args) {
     // One node: the scan, the step and notify in one kernel.
     begin_step(stream, verdict, accepted ? &scan : nullptr, accepted ? &np : nullptr);
     if (accepted) {
-      np.step = steps_;
       if (nodes_.several()) {
+        np.step = steps_;
         notify_across_nodes(np, stream);
         const NodePositionsParams pp{info,
                                      nodes_,

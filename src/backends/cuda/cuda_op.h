@@ -82,10 +82,9 @@ class CudaOp final : public OpBase {
   // captured: the graph orders its nodes) and ends it.
   bool capturing(cudaStream_t stream) const;
   // Starts a call on `stream`: after the op's previous call, with the step agreement.
-  // `rejection` empty means this rank accepted its arguments. With `scan` and `notify` (an
-  // accepted dispatch) the input scan first, and notify after the step (its step set here):
-  // with one node all three in one kernel (count_kernel), else the scan and the step here and
-  // notify left to the caller.
+  // `rejection` empty means this rank accepted its arguments. An accepted dispatch passes `scan`
+  // and `notify`: with one node the input scan, the step and notify run in one kernel
+  // (count_kernel); with several, the scan and the step run here and notify is the caller's.
   void begin_step(cudaStream_t stream, const StepVerdict& verdict,
                   const ValidateParams* scan = nullptr, const NotifyParams* notify = nullptr);
   // This rank's reason for rejecting its call, where its step kernel copies it to the peers.

@@ -7,14 +7,13 @@ namespace moe_ep::cuda_backend {
 
 namespace {
 
-// Shares of the input scan for p: one per `threads` x `per_thread` items (ids, or x's elements in
-// validation mode), 1 to max_shares.
-int scan_shares(const ValidateParams& p, int threads, int per_thread, int max_shares) {
+// Shares of the input scan for p: one item a thread (an id, or one of x's elements in validation
+// mode), `threads` a share, 1 to max_shares.
+int scan_shares(const ValidateParams& p, int threads, int max_shares) {
   const int64_t work = std::max<int64_t>(
       static_cast<int64_t>(p.num_tokens) * p.info.topk,
       p.validate && p.x_bf16 ? static_cast<int64_t>(p.num_tokens) * p.info.hidden : 0);
-  const int64_t per_share = static_cast<int64_t>(threads) * per_thread;
-  return static_cast<int>(std::clamp<int64_t>((work + per_share - 1) / per_share, 1, max_shares));
+  return static_cast<int>(std::clamp<int64_t>((work + threads - 1) / threads, 1, max_shares));
 }
 
 // notify's tickets (W x parts senders, then 1 receiver, by phase): a block per ticket at most,
@@ -31,7 +30,7 @@ size_t notify_smem(const NotifyParams& p) {
 
 cudaError_t launch_validate(const ValidateParams& p, int max_blocks, cudaStream_t stream) {
   return launch_following(validate_kernel,
-                          dim3(scan_shares(p, Policy::kValidateThreads, 1, max_blocks)),
+                          dim3(scan_shares(p, Policy::kValidateThreads, max_blocks)),
                           dim3(Policy::kValidateThreads), 0, stream, p);
 }
 
@@ -43,9 +42,10 @@ cudaError_t launch_notify(const NotifyParams& p, int max_blocks, cudaStream_t st
 }
 
 cudaError_t launch_count(CountParams c, int max_blocks, cudaStream_t stream) {
-  // A share: an id a thread (or one of x's elements in validation mode), as many shares as
-  // blocks at most (run T: 4 a thread, 8 shares at 4096 tokens, cost the dispatch 4-6 us).
-  c.scan_tickets = scan_shares(c.scan, Policy::kNotifyThreads, 1, max_blocks);
+  static_assert(Policy::kNotifyThreads >= Policy::kMaxPeers, "the step block: a thread a peer");
+  // As many shares as blocks at most (v28 run T: 4 items a thread, 8 shares at 4096 tokens,
+  // cost the dispatch 4-6 us).
+  c.scan_tickets = scan_shares(c.scan, Policy::kNotifyThreads, max_blocks);
   c.notify.step = c.step.step;
   c.notify.phase = kNotifyAll;
   const int blocks = std::clamp(c.scan_tickets + notify_tickets(c.notify), 1, max_blocks);
