@@ -36,6 +36,24 @@ std::vector<std::shared_ptr<Communicator>> comms_for(int world_size) {
   return make_local_nccl_communicators(devices);
 }
 
+// Combines `y` (the expert's rows for `handle`, on the host) on rank `rank`'s GPU into an output
+// poisoned with 0xffff (a bf16 NaN, so that an unwritten row is caught) and downloads it.
+std::vector<uint16_t> combine_on_device(Op& op, const OpConfig& config, const Handle& handle,
+                                        int64_t num_recv, const std::vector<uint16_t>& y,
+                                        int64_t num_tokens, int rank) {
+  DeviceBuffer y_dev = DeviceBuffer::copy_of(y);
+  DeviceBuffer out_dev =
+      DeviceBuffer::copy_of(std::vector<uint16_t>(num_tokens * config.hidden, 0xffff));
+  const TensorView out = TensorView::matrix(out_dev.ptr.get(), ScalarType::kBFloat16, num_tokens,
+                                            config.hidden, DeviceType::kCuda, rank);
+  op.combine(handle,
+             TensorView::matrix(y_dev.ptr.get(), ScalarType::kBFloat16, num_recv, config.hidden,
+                                DeviceType::kCuda, rank),
+             out, nullptr);
+  op.synchronize(nullptr);
+  return download_view<uint16_t>(out);
+}
+
 // The CUDA analogue of run_rounds: the same identity expert, outputs downloaded to the host.
 std::vector<RoundResult> run_rounds_cuda(const OpConfig& config, int world_size,
                                          const std::vector<std::vector<RankInput>>& rounds) {
@@ -52,21 +70,9 @@ std::vector<RoundResult> run_rounds_cuda(const OpConfig& config, int world_size,
       res.received[rank] = download_outputs(d);
       res.handles[rank] = d.handle;
       res.op_uids[rank] = op->uid();
-      const std::vector<uint16_t> y = identity_expert(res.received[rank], config);
-      DeviceBuffer y_dev = DeviceBuffer::copy_of(y);
-      // Poison the output with 0xffff (a bf16 NaN) so that an unwritten row is caught.
-      DeviceBuffer out_dev =
-          DeviceBuffer::copy_of(std::vector<uint16_t>(in.num_tokens * config.hidden, 0xffff));
-      op->combine(d.handle,
-                  TensorView::matrix(y_dev.ptr.get(), ScalarType::kBFloat16, d.num_recv,
-                                     config.hidden, DeviceType::kCuda, rank),
-                  TensorView::matrix(out_dev.ptr.get(), ScalarType::kBFloat16, in.num_tokens,
-                                     config.hidden, DeviceType::kCuda, rank),
-                  nullptr);
-      op->synchronize(nullptr);
-      res.out[rank] = download_view<uint16_t>(
-          TensorView::matrix(out_dev.ptr.get(), ScalarType::kBFloat16, in.num_tokens, config.hidden,
-                             DeviceType::kCuda, rank));
+      res.out[rank] =
+          combine_on_device(*op, config, d.handle, d.num_recv,
+                            identity_expert(res.received[rank], config), in.num_tokens, rank);
     }
   });
   for (int r = 0; r < world_size; ++r) {
@@ -353,18 +359,8 @@ TEST(GpuBackend, DispatchFailingInTheStepLeavesTheLatestHandleCombinable) {
     } catch (const InvalidArgument& e) {
       failure[rank] = e.what();
     }
-    DeviceBuffer y_dev = DeviceBuffer::copy_of(y);
-    const int64_t tokens = first[rank].num_tokens;
-    DeviceBuffer out_dev =
-        DeviceBuffer::copy_of(std::vector<uint16_t>(tokens * config.hidden, 0xffff));
-    const TensorView out_view = TensorView::matrix(out_dev.ptr.get(), ScalarType::kBFloat16, tokens,
-                                                   config.hidden, DeviceType::kCuda, rank);
-    op->combine(d.handle,
-                TensorView::matrix(y_dev.ptr.get(), ScalarType::kBFloat16, d.num_recv,
-                                   config.hidden, DeviceType::kCuda, rank),
-                out_view, nullptr);
-    op->synchronize(nullptr);
-    out[rank] = download_view<uint16_t>(out_view);
+    out[rank] =
+        combine_on_device(*op, config, d.handle, d.num_recv, y, first[rank].num_tokens, rank);
   });
   for (int r = 0; r < world; ++r) {
     SCOPED_TRACE("rank " + std::to_string(r));
