@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "formats/packed_fast.cuh"
+#include "testing/format_refs.h"
 #include "testing/gpu.h"
 
 namespace moe_ep::formats {
@@ -170,6 +171,31 @@ TEST(GpuFastCodecs, Fp8BlockwiseEqualsTheTraitOnEveryBf16) {
   expect_device_equals_host<Fp8BlockWire, true>(
       rows_with_maxima(all, Fp8BlockWire::kBlock, maxima, kSliceSteps * kStep),
       "fp8 blockwise, by slices");
+}
+
+// fp8 blockwise's quotients come from a table by the block maximum's mantissa, scaled by its
+// exponent (fp8_block_params_by_table): every finite bf16 magnitude as a block maximum (32640
+// blocks: the table's whole range and the maxima below 2^-117 that take the reference path),
+// with either sign, at a position that moves through the block; the other elements random bf16
+// values of either sign up to the maximum, one of them the maximum's neighbour below (printed,
+// replayable seed). Step by step and a slice at a time (the two maxima share a reduction there).
+TEST(GpuFastCodecs, Fp8BlockwiseEqualsTheTraitForEveryBlockMaximum) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
+  Rng rng(test_seed(), 8);
+  constexpr int kBlock = Fp8BlockWire::kBlock;
+  std::vector<uint16_t> x;
+  for (uint32_t m = 0; m < 0x7f80u; ++m) {
+    const int at = static_cast<int>(m % kBlock);
+    for (int j = 0; j < kBlock; ++j) {
+      uint32_t mag = j == at                           ? m
+                     : j == (at + 1) % kBlock && m > 0 ? m - 1
+                                                       : (rng.bits() & 0x7fffu) % (m + 1);
+      x.push_back(static_cast<uint16_t>(mag | (rng.bits() & 0x8000u)));
+    }
+  }
+  while (x.size() % (kSliceSteps * kStep) != 0) x.push_back(0);
+  expect_device_equals_host<Fp8BlockWire>(x, "fp8 blockwise, every block maximum");
+  expect_device_equals_host<Fp8BlockWire, true>(x, "fp8 blockwise, every block maximum, by slices");
 }
 
 TEST(GpuFastCodecs, Fp8DirectCastEqualsTheTraitOnEveryBf16) {

@@ -77,6 +77,45 @@ struct Fp8BlockWire {
   MOE_EP_HD static float decode(Code c, Scale s) { return e4m3_to_float(c) * s; }
 };
 
+// Fp8BlockWire::block_params without a division, for the data kernels (packed_fast.cuh). A normal
+// bf16 maximum is M * 2^E with M = 1 + m/128 (m its 7 mantissa bits), and 448 / (M * 2^E) is
+// (448 / M) * 2^-E: rounding commutes with the power of two while the quotient stays a normal
+// float. So the correctly rounded quotients are RN(448 / M) and RN(M / 448), from a 128-entry
+// table, with E added to their exponent fields. They stay normal for E in [-117, 127]: 448 / M
+// in (224, 448] times 2^-E lies in [2^-120, 2^126), M / 448 in [2^-9, 2^-7.8) times 2^E in
+// [2^-126, 2^120). The table is built at compile time by the IEEE divisions block_params does.
+// tests/test_formats_fp8_table.cc checks every finite bf16 maximum against block_params, and
+// tests/test_gpu_fast_codecs.cu the kernels' encode.
+struct Fp8Quotients {
+  // q[2m] = RN(448 / M), q[2m + 1] = RN(M / 448): one 8-byte load a block on the device.
+  alignas(8) float q[256];
+};
+constexpr Fp8Quotients make_fp8_quotients() {
+  Fp8Quotients t{};
+  for (int m = 0; m < 128; ++m) {
+    const float mant = 1.0f + static_cast<float>(m) / 128.0f;  // exact
+    t.q[2 * m] = kE4m3Max / mant;
+    t.q[2 * m + 1] = mant / kE4m3Max;
+  }
+  return t;
+}
+
+// The table's range, on the block maximum's bf16 magnitude bits: zero, or a finite maximum with a
+// biased exponent of at least 10 (2^-117). Inf, NaN and smaller maxima take block_params.
+MOE_EP_HD constexpr bool fp8_by_table(uint32_t amax_bits) {
+  return amax_bits - 0x0500u < 0x7f80u - 0x0500u || amax_bits == 0;
+}
+
+// block_params of a maximum in fp8_by_table's range, given its mantissa's table entries
+// (inv_m = q[2m], stored_m = q[2m + 1]).
+MOE_EP_HD Fp8BlockWire::Params fp8_params_by_table(float inv_m, float stored_m,
+                                                   uint32_t amax_bits) {
+  if (amax_bits == 0) return {1.0f, 1.0f};
+  // E << 23, from the maximum's exponent field (bits 7..14 of its bf16 bits).
+  const uint32_t e = ((amax_bits << 16) & 0x7f800000u) - 0x3f800000u;  // modulo 2^32
+  return {bits_float(float_bits(stored_m) + e), bits_float(float_bits(inv_m) - e)};
+}
+
 // fp8 e4m3 cast with no scale; finite values beyond 448 saturate, Inf and NaN become NaN.
 struct Fp8DirectWire {
   static constexpr int kBitsPerElem = 8;

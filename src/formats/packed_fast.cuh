@@ -1,13 +1,16 @@
 // Instruction-lean encoders for the data kernels, with the same bits as the traits of codecs.h.
 // encode_lane<F> is what a kernel calls for one lane's 8 bf16 values (all 32 lanes together: it
-// shuffles). For finite blocks it takes fast paths; whenever a lane's block holds Inf or NaN (or,
-// for mxfp4 and int8/e3m4, a subnormal or tiny block maximum) the whole warp takes the reference
+// shuffles). For finite blocks it takes fast paths; whenever a lane's block holds Inf or NaN (or
+// a subnormal or tiny block maximum) the whole warp takes the reference
 // path of packed.cuh for that step, so the rare cases keep exactly the scalar rules.
 //   amax:  the largest bf16 magnitude as an integer (magnitude bits order like the values for
 //          finite numbers), four packed max instructions and integer shuffles, instead of a float
-//          max and a finiteness test per element;
-//   fp8:   two-element conversions (cvt.rn.satfinite.e4m3x2.f32) of the products x * (448/amax),
-//          each product rounded exactly as the scalar encode rounds it;
+//          max and a finiteness test per element (two warp steps share one packed reduction
+//          where a kernel has both at hand);
+//   fp8:   the block's quotients 448/amax and amax/448 from a 128-entry table by the maximum's
+//          mantissa, scaled by its exponent (no division); two-element conversions
+//          (cvt.rn.satfinite.e4m3x2.f32) of the products x * (448/amax), each product rounded
+//          exactly as the scalar encode rounds it;
 //   mxfp4: rounding x to the e2m1 grid scaled by 2^e is one bf16x2 addition of a power of two
 //          whose last place is the grid's step at x (e2m1x8_by_steps), and the code is the sum's
 //          mantissa plus twice x's binade above 2^e, all on two elements at a time in integer
@@ -46,6 +49,25 @@ __device__ __forceinline__ uint32_t block_amax_bits(const uint4& v) {
   return a;
 }
 
+// block_amax_bits for two warp steps at once: step 0's maximum in the low half, step 1's in the
+// high half. The two steps' lane maxima share one packed word, so the reduction over the block's
+// lanes is one shuffle and one packed max an offset for both steps instead of two each.
+template <int kLanes>
+__device__ __forceinline__ uint32_t block_amax_bits_x2(const uint4& v0, const uint4& v1) {
+  constexpr uint32_t kAbs = 0x7fff7fffu;
+  const uint32_t m0 =
+      __vmaxu2(__vmaxu2(v0.x & kAbs, v0.y & kAbs), __vmaxu2(v0.z & kAbs, v0.w & kAbs));
+  const uint32_t m1 =
+      __vmaxu2(__vmaxu2(v1.x & kAbs, v1.y & kAbs), __vmaxu2(v1.z & kAbs, v1.w & kAbs));
+  // Low halves of both steps in one word, high halves in the other.
+  uint32_t a = __vmaxu2(__byte_perm(m0, m1, 0x5410), __byte_perm(m0, m1, 0x7632));
+#pragma unroll
+  for (int offset = kLanes / 2; offset >= 1; offset /= 2) {
+    a = __vmaxu2(a, __shfl_xor_sync(0xffffffffu, a, offset));
+  }
+  return a;
+}
+
 // Two products, converted with one instruction; byte 0 is `lo`'s code.
 __device__ __forceinline__ uint32_t e4m3x2(float lo, float hi) {
   return static_cast<uint32_t>(
@@ -61,19 +83,15 @@ __device__ __forceinline__ uint2 e4m3x8(const uint4& v, float scale) {
   return make_uint2(p0 | (p1 << 16), p2 | (p3 << 16));
 }
 
-// Fp8BlockWire::block_params for a finite amax with its two quotients split over a lane pair:
-// the even lane of each pair divides 448 / amax, the odd lane amax / 448, and each takes the
-// other's by one shuffle (the two lanes hold the same block's amax: a block is 16 lanes). One
-// division sequence a warp step instead of two, the same correctly rounded quotients. All 32
-// lanes must call it.
-__device__ __forceinline__ Fp8BlockWire::Params fp8_block_params_by_pairs(float amax) {
-  const bool odd = (threadIdx.x & 1u) != 0;
-  const float q = (odd ? amax : kE4m3Max) / (odd ? kE4m3Max : amax);
-  const float other = __shfl_xor_sync(0xffffffffu, q, 1);
-  if (amax == 0.0f) return {1.0f, 1.0f};
-  float inv = odd ? other : q;
-  if (!is_finite(inv)) inv = 3.40282347e38f;  // as block_params: zeros stay zeros
-  return {odd ? q : other, inv};
+// The quotient table of fp8_params_by_table (codecs.h) in constant memory, one copy per
+// translation unit (no relocatable device code): 1 KiB each.
+static __constant__ Fp8Quotients kFp8Quotients = make_fp8_quotients();
+
+// Fp8BlockWire::block_params for a maximum (bf16 magnitude bits) in fp8_by_table's range: a
+// table load and integer additions instead of a division (v29).
+__device__ __forceinline__ Fp8BlockWire::Params fp8_block_params_by_table(uint32_t amax_bits) {
+  const float2 q = reinterpret_cast<const float2*>(kFp8Quotients.q)[amax_bits & 0x7fu];
+  return fp8_params_by_table(q.x, q.y, amax_bits);
 }
 
 // e2m1 codes of two values |v| < 8 held in f16x2, counted as the midpoints below them: strict
@@ -299,12 +317,12 @@ __device__ __forceinline__ void encode_lane(const uint4& v, LaneWord<F>& word,
                                             typename F::Params& params) {
   if constexpr (std::is_same_v<F, Fp8BlockWire>) {
     const uint32_t a = block_amax_bits<F::kBlock / kElemsPerLane>(v);
-    if (__any_sync(0xffffffffu, a >= 0x7f80u)) {  // a block holds Inf or NaN
+    if (!__all_sync(0xffffffffu, fp8_by_table(a))) {  // Inf, NaN or a tiny maximum: rare
       params = lane_block_params<F>(v);
       word = lane_encode<F>(v, params);
       return;
     }
-    params = fp8_block_params_by_pairs(__uint_as_float(a << 16));
+    params = fp8_block_params_by_table(a);
     word = e4m3x8(v, params.inv);
   } else if constexpr (std::is_same_v<F, Fp8DirectWire>) {
     // Inf must become NaN (the scalar rule), which satfinite would not do: such lanes (rare)
@@ -346,25 +364,38 @@ __device__ __forceinline__ void encode_lane(const uint4& v, LaneWord<F>& word,
   }
 }
 
+// block_amax_bits of kChunks warp steps, two steps a packed reduction (block_amax_bits_x2).
+template <int kLanes, int kChunks>
+__device__ __forceinline__ void block_amax_bits_of_steps(const uint4 (&v)[kChunks],
+                                                         uint32_t (&a)[kChunks]) {
+#pragma unroll
+  for (int u = 0; u + 1 < kChunks; u += 2) {
+    const uint32_t both = block_amax_bits_x2<kLanes>(v[u], v[u + 1]);
+    a[u] = both & 0xffffu;
+    a[u + 1] = both >> 16;
+  }
+  if constexpr (kChunks % 2 != 0) a[kChunks - 1] = block_amax_bits<kLanes>(v[kChunks - 1]);
+}
+
 // encode_lane for the kChunks warp steps of a slice at once, for the formats whose fast path
-// needs a finite (fp8 blockwise) or mxfp4_by_steps (mxfp4) block maximum: the block maxima of
-// every step first, then one vote for the whole slice; if any lane's block of any step leaves
-// the fast range, every step takes encode_lane (which votes again and, for such a step, takes
-// the reference path; the reference gives the fast path's bits wherever both apply). One vote
-// and one branch a slice instead of one a step; the fp8 lane pair's parity read once. All 32
-// lanes must call it. Other formats: encode_lane step by step.
+// needs a block maximum in a range (fp8 blockwise: fp8_by_table; mxfp4: mxfp4_by_steps): the
+// block maxima of every step first (two steps a packed reduction), then one vote for the whole
+// slice; if any lane's block of any step leaves the fast range, every step takes encode_lane
+// (which votes again and, for such a step, takes the reference path; the reference gives the
+// fast path's bits wherever both apply). One vote and one branch a slice instead of one a step.
+// All 32 lanes must call it. Other formats: encode_lane step by step.
 template <typename F, int kChunks>
 __device__ __forceinline__ void encode_lanes(const uint4 (&v)[kChunks],
                                              LaneWord<F> (&word)[kChunks],
                                              typename F::Scale (&stored)[kChunks]) {
   if constexpr (std::is_same_v<F, Fp8BlockWire> || std::is_same_v<F, Mxfp4Wire>) {
     uint32_t a[kChunks];
+    block_amax_bits_of_steps<F::kBlock / kElemsPerLane>(v, a);
     bool fast = true;
 #pragma unroll
     for (int u = 0; u < kChunks; ++u) {
-      a[u] = block_amax_bits<F::kBlock / kElemsPerLane>(v[u]);
       if constexpr (std::is_same_v<F, Fp8BlockWire>) {
-        fast = fast && a[u] < 0x7f80u;
+        fast = fast && fp8_by_table(a[u]);
       } else {
         fast = fast && mxfp4_by_steps(a[u]);
       }
@@ -373,7 +404,7 @@ __device__ __forceinline__ void encode_lanes(const uint4 (&v)[kChunks],
 #pragma unroll
       for (int u = 0; u < kChunks; ++u) {
         if constexpr (std::is_same_v<F, Fp8BlockWire>) {
-          const typename F::Params params = fp8_block_params_by_pairs(__uint_as_float(a[u] << 16));
+          const typename F::Params params = fp8_block_params_by_table(a[u]);
           stored[u] = params.stored;
           word[u] = e4m3x8(v[u], params.inv);
         } else {

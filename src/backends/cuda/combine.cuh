@@ -240,7 +240,7 @@ __device__ __forceinline__ uint4 own_round_trip(const uint4& v) {
 
 // reduce_own_row_only for a whole row of fp8 blockwise whose hidden is a multiple of
 // kWholeSteps warp steps (7168 is): the same bits without the per-step bounds tests, the zeroed
-// loads past the row and 64-bit element indices, and with one Inf/NaN vote for kWholeSteps steps
+// loads past the row and 64-bit element indices, and with one fast-range vote (fp8_by_table) for kWholeSteps steps
 // instead of one a step (the dispatch's whole slices, v26, took 17% of the fp8 dispatch
 // kernel's instructions). After the vote each step is encoded, decoded and stored in turn, so
 // that only one step's code words and sums are live (kCombineWholeSteps).
@@ -251,26 +251,27 @@ __device__ __forceinline__ void reduce_own_row_whole_fp8(const uint16_t* row, ui
   constexpr int kLanesPerBlock = F::kBlock / kElemsPerLane;
   for (int base = lane * kElemsPerLane; base < hidden; base += kElemsPerWarpStep * kWholeSteps) {
     uint4 v[kWholeSteps];
-    uint32_t amax[kWholeSteps / 2] = {};  // two steps' 16-bit maxima a register
-    bool finite = true;
+    static_assert(kWholeSteps % 2 == 0, "two steps' maxima share a register");
+    uint32_t amax[kWholeSteps / 2];  // two steps' 16-bit maxima a register
+    bool fast = true;
 #pragma unroll
     for (int u = 0; u < kWholeSteps; ++u) {
       v[u] = load_stream(reinterpret_cast<const uint4*>(row + base + u * kElemsPerWarpStep));
     }
 #pragma unroll
-    for (int u = 0; u < kWholeSteps; ++u) {
-      const uint32_t a = formats::block_amax_bits<kLanesPerBlock>(v[u]);
-      finite = finite && a < 0x7f80u;
-      amax[u / 2] |= a << (16 * (u % 2));
+    for (int u = 0; u < kWholeSteps; u += 2) {
+      amax[u / 2] = formats::block_amax_bits_x2<kLanesPerBlock>(v[u], v[u + 1]);
+      fast = fast && formats::fp8_by_table(amax[u / 2] & 0xffffu) &&
+             formats::fp8_by_table(amax[u / 2] >> 16);
     }
-    if (__all_sync(0xffffffffu, finite)) {
+    if (__all_sync(0xffffffffu, fast)) {
 #pragma unroll
       for (int u = 0; u < kWholeSteps; ++u) {  // encode_lane's fast path, amax known
         float acc[kElemsPerLane];
 #pragma unroll
         for (int j = 0; j < kElemsPerLane; ++j) acc[j] = 0.0f;
-        const uint32_t a = u % 2 == 0 ? amax[u / 2] << 16 : amax[u / 2] & 0xffff0000u;
-        const F::Params params = formats::fp8_block_params_by_pairs(__uint_as_float(a));
+        const uint32_t a = u % 2 == 0 ? amax[u / 2] & 0xffffu : amax[u / 2] >> 16;
+        const F::Params params = formats::fp8_block_params_by_table(a);
         formats::lane_decode_add<F>(formats::e4m3x8(v[u], params.inv), params.stored, acc);
         *reinterpret_cast<uint4*>(out_row + base + u * kElemsPerWarpStep) = lane_pack_bf16(acc);
       }

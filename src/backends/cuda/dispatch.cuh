@@ -173,7 +173,7 @@ __device__ __forceinline__ void send_encoded(const DispatchParams& p, const Recv
 // Sender role, payload from bf16 in a quantized format, one node, for a slice that lies wholly
 // inside the row (hidden a multiple of the slice, as 7168 is): send_encoded's bits without its
 // per-step bounds tests, zeroed loads and 64-bit element arithmetic (elements and scale indices
-// in 32 bits: hidden <= 65536), and with one Inf/NaN vote a slice (encode_lanes). v25: of the
+// in 32 bits: hidden <= 65536), and with one fast-range vote a slice (encode_lanes). v25: of the
 // fp8 kernel's 502 instructions a slice, 60-80 served those (docs/perf-notes.md, open leads).
 template <typename F>
 __device__ __forceinline__ void send_encoded_whole(const DispatchParams& p, const RecvFields& f,
