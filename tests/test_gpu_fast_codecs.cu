@@ -259,7 +259,9 @@ TEST(GpuFastCodecs, Int8E3m4EqualsTheTraitOnEveryBf16) {
                                           "int8/e3m4");
 }
 
-// Decodes 8 e4m3 codes times `scale` through lane_decode_add (acc starts at zero).
+// Decodes 8 e4m3 codes times `scale` through lane_decode_add (acc starts at zero) or, with
+// kFromZero, lane_decode_from_zero (the combine's own rows: one fused multiply-add a value).
+template <bool kFromZero>
 __global__ void decode_codes_kernel(const uint8_t* codes, const float* scales, int num_scales,
                                     float* out) {
   const int64_t total = 256LL * num_scales / kElemsPerLane;
@@ -269,31 +271,34 @@ __global__ void decode_codes_kernel(const uint8_t* codes, const float* scales, i
     const float scale = scales[elem / 256];
     const uint2 word = *reinterpret_cast<const uint2*>(codes + elem % 256);
     float acc[kElemsPerLane] = {};
-    lane_decode_add<Fp8BlockWire>(word, scale, acc);
+    if constexpr (kFromZero) {
+      lane_decode_from_zero(word, scale, acc);
+    } else {
+      lane_decode_add<Fp8BlockWire>(word, scale, acc);
+    }
     for (int j = 0; j < kElemsPerLane; ++j) out[elem + j] = acc[j];
   }
 }
 
-TEST(GpuFastCodecs, PackedE4m3DecodeEqualsTheTraitForEveryCode) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
+// Every e4m3 code times every scale of `scales`, decoded on the device (kFromZero as above),
+// against 0 + Fp8BlockWire::decode on the host, bit for bit (any NaN for a NaN).
+template <bool kFromZero>
+void expect_decode_equals_trait(const std::vector<float>& scales) {
   std::vector<uint8_t> codes(256);
   for (int c = 0; c < 256; ++c) codes[c] = static_cast<uint8_t>(c);
-  std::vector<float> scales;  // block scales amax / 448 across the fp32 range, and 1
-  for (int e = -149; e <= 127; e += 3) scales.push_back(std::ldexp(1.0f + (e & 7) / 8.0f, e));
-  scales.push_back(1.0f);
-  const int n = 256 * static_cast<int>(scales.size());
+  const int64_t n = 256 * static_cast<int64_t>(scales.size());
   testing::DeviceBuffer dc = testing::DeviceBuffer::copy_of(codes);
   testing::DeviceBuffer ds = testing::DeviceBuffer::copy_of(scales);
   testing::DeviceBuffer dout = testing::DeviceBuffer::of_bytes(sizeof(float) * n);
-  decode_codes_kernel<<<64, 256>>>(
+  decode_codes_kernel<kFromZero><<<264, 256>>>(
       static_cast<const uint8_t*>(dc.ptr.get()), static_cast<const float*>(ds.ptr.get()),
       static_cast<int>(scales.size()), static_cast<float*>(dout.ptr.get()));
   MOE_EP_CUDA_CHECK(cudaGetLastError());
   MOE_EP_CUDA_CHECK(cudaDeviceSynchronize());
   std::vector<float> got(n);
   testing::device_to_host(got.data(), dout.ptr.get(), sizeof(float) * n);
-  int bad = 0;
-  for (int i = 0; i < n; ++i) {
+  int64_t bad = 0;
+  for (int64_t i = 0; i < n; ++i) {
     const float want = 0.0f + Fp8BlockWire::decode(codes[i % 256], scales[i / 256]);
     const bool same =
         (is_nan(want) && is_nan(got[i])) || std::memcmp(&want, &got[i], sizeof(float)) == 0;
@@ -303,6 +308,31 @@ TEST(GpuFastCodecs, PackedE4m3DecodeEqualsTheTraitForEveryCode) {
     }
   }
   EXPECT_EQ(bad, 0);
+  std::printf("%lld decoded values compared\n", static_cast<long long>(n));
+}
+
+TEST(GpuFastCodecs, PackedE4m3DecodeEqualsTheTraitForEveryCode) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
+  std::vector<float> scales;  // block scales amax / 448 across the fp32 range, and 1
+  for (int e = -149; e <= 127; e += 3) scales.push_back(std::ldexp(1.0f + (e & 7) / 8.0f, e));
+  scales.push_back(1.0f);
+  expect_decode_equals_trait<false>(scales);
+}
+
+// The combine's own rows decode into zeros by fused multiply-adds: every e4m3 code times the
+// scale of every block maximum the fast path takes (fp8_by_table: 31105 scales, the smallest
+// giving subnormal products), and the sampled scales above.
+TEST(GpuFastCodecs, E4m3DecodeFromZeroEqualsTheTraitForEveryCodeAndFastScale) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
+  std::vector<float> scales;
+  for (uint32_t a = 0; a < 0x7f80u; ++a) {
+    if (fp8_by_table(a)) {
+      scales.push_back(
+          Fp8BlockWire::block_params(bf16_to_float(static_cast<uint16_t>(a)), false).stored);
+    }
+  }
+  for (int e = -149; e <= 127; e += 3) scales.push_back(std::ldexp(1.0f + (e & 7) / 8.0f, e));
+  expect_decode_equals_trait<true>(scales);
 }
 
 }  // namespace

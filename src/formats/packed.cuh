@@ -103,6 +103,25 @@ __device__ __forceinline__ __half2 half2_of_bits(uint32_t bits) {
   return h;
 }
 
+// out[j] = 0 + decode(element j) for fp8 blockwise (the sum a reduce of one row starts from), by
+// one fused multiply-add a value: 0 + RN(c * s) and RN(c * s + 0) round the same exact product
+// once (-0 gives +0 both ways, NaN gives NaN), so the bits are lane_decode_add's into zeros with
+// 8 additions fewer. Only for a sum that starts at zero: a running sum would round differently.
+__device__ __forceinline__ void lane_decode_from_zero(const uint2& w, float s,
+                                                      float (&out)[kElemsPerLane]) {
+#pragma unroll
+  for (int pair = 0; pair < kElemsPerLane / 2; ++pair) {
+    const uint32_t word = pair < 2 ? w.x : w.y;
+    const auto two = static_cast<__nv_fp8x2_storage_t>(word >> (16 * (pair & 1)));
+    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(two, __NV_E4M3);
+    __half_raw lo_raw, hi_raw;
+    lo_raw.x = h.x;
+    hi_raw.x = h.y;
+    out[2 * pair] = __fmaf_rn(__half2float(__half(lo_raw)), s, 0.0f);
+    out[2 * pair + 1] = __fmaf_rn(__half2float(__half(hi_raw)), s, 0.0f);
+  }
+}
+
 // acc[j] = acc[j] + decode(element j): one rounding for the product, one for the sum. e4m3
 // codes go through the hardware e4m3x2 -> f16x2 conversion: exact (every e4m3 value is a half,
 // and every half a float), so the values equal formats::e4m3_to_float's; only the bits of a NaN

@@ -268,11 +268,9 @@ __device__ __forceinline__ void reduce_own_row_whole_fp8(const uint16_t* row, ui
 #pragma unroll
       for (int u = 0; u < kWholeSteps; ++u) {  // encode_lane's fast path, amax known
         float acc[kElemsPerLane];
-#pragma unroll
-        for (int j = 0; j < kElemsPerLane; ++j) acc[j] = 0.0f;
         const uint32_t a = u % 2 == 0 ? amax[u / 2] & 0xffffu : amax[u / 2] >> 16;
         const F::Params params = formats::fp8_block_params_by_table(a);
-        formats::lane_decode_add<F>(formats::e4m3x8(v[u], params.inv), params.stored, acc);
+        formats::lane_decode_from_zero(formats::e4m3x8(v[u], params.inv), params.stored, acc);
         *reinterpret_cast<uint4*>(out_row + base + u * kElemsPerWarpStep) = lane_pack_bf16(acc);
       }
     } else {
