@@ -319,19 +319,19 @@ TEST(GpuFastCodecs, PackedE4m3DecodeEqualsTheTraitForEveryCode) {
   expect_decode_equals_trait<false>(scales);
 }
 
-// The combine's own rows decode into zeros by fused multiply-adds: every e4m3 code times the
-// scale of every block maximum the fast path takes (fp8_by_table: 31105 scales, the smallest
-// giving subnormal products), and the sampled scales above.
+// The combine's own rows decode into zeros by fused multiply-adds (lane_decode_from_zero): every
+// e4m3 code times the scale of every block maximum the fast path takes (fp8_by_table: 31105
+// scales from 1.3e-38 up). Outside that range the rule does not hold (a product that rounds to
+// -0 stays -0 in the fused form: v29 run A met it at the scale 2^-149), and the path is not taken.
 TEST(GpuFastCodecs, E4m3DecodeFromZeroEqualsTheTraitForEveryCodeAndFastScale) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
   std::vector<float> scales;
   for (uint32_t a = 0; a < 0x7f80u; ++a) {
     if (fp8_by_table(a)) {
-      scales.push_back(
-          Fp8BlockWire::block_params(bf16_to_float(static_cast<uint16_t>(a)), false).stored);
+      const float amax = bf16_to_float(static_cast<uint16_t>(a));
+      scales.push_back(Fp8BlockWire::block_params(amax, false).stored);
     }
   }
-  for (int e = -149; e <= 127; e += 3) scales.push_back(std::ldexp(1.0f + (e & 7) / 8.0f, e));
   expect_decode_equals_trait<true>(scales);
 }
 

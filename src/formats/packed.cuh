@@ -105,8 +105,10 @@ __device__ __forceinline__ __half2 half2_of_bits(uint32_t bits) {
 
 // out[j] = 0 + decode(element j) for fp8 blockwise (the sum a reduce of one row starts from), by
 // one fused multiply-add a value: 0 + RN(c * s) and RN(c * s + 0) round the same exact product
-// once (-0 gives +0 both ways, NaN gives NaN), so the bits are lane_decode_add's into zeros with
-// 8 additions fewer. Only for a sum that starts at zero: a running sum would round differently.
+// once, so the bits are lane_decode_add's into zeros with 8 additions fewer. Only for a sum that
+// starts at zero (a running sum would round differently), and only for scales s >= 2^-126 (every
+// scale of fp8_by_table's range): then no nonzero product rounds to zero (the smallest, 2^-9 *
+// 2^-126, is far above 2^-150), where the two forms differ (-0 + 0 is +0, a fused -tiny + 0 is -0).
 __device__ __forceinline__ void lane_decode_from_zero(const uint2& w, float s,
                                                       float (&out)[kElemsPerLane]) {
 #pragma unroll
