@@ -103,6 +103,19 @@ __device__ __forceinline__ __half2 half2_of_bits(uint32_t bits) {
   return h;
 }
 
+// Elements 2 pair and 2 pair + 1 of a lane's 8 e4m3 codes as floats, through the hardware
+// e4m3x2 -> f16x2 conversion: exact (every e4m3 value is a half, and every half a float), so the
+// values equal formats::e4m3_to_float's; only the bits of a NaN may differ.
+__device__ __forceinline__ float2 e4m3_pair_of_lane(const uint2& w, int pair) {
+  const uint32_t word = pair < 2 ? w.x : w.y;
+  const auto two = static_cast<__nv_fp8x2_storage_t>(word >> (16 * (pair & 1)));
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(two, __NV_E4M3);
+  __half_raw lo_raw, hi_raw;
+  lo_raw.x = h.x;
+  hi_raw.x = h.y;
+  return make_float2(__half2float(__half(lo_raw)), __half2float(__half(hi_raw)));
+}
+
 // out[j] = 0 + decode(element j) for fp8 blockwise (the sum a reduce of one row starts from), by
 // one fused multiply-add a value: 0 + RN(c * s) and RN(c * s + 0) round the same exact product
 // once, so the bits are lane_decode_add's into zeros with 8 additions fewer. Only for a sum that
@@ -113,35 +126,24 @@ __device__ __forceinline__ void lane_decode_from_zero(const uint2& w, float s,
                                                       float (&out)[kElemsPerLane]) {
 #pragma unroll
   for (int pair = 0; pair < kElemsPerLane / 2; ++pair) {
-    const uint32_t word = pair < 2 ? w.x : w.y;
-    const auto two = static_cast<__nv_fp8x2_storage_t>(word >> (16 * (pair & 1)));
-    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(two, __NV_E4M3);
-    __half_raw lo_raw, hi_raw;
-    lo_raw.x = h.x;
-    hi_raw.x = h.y;
-    out[2 * pair] = __fmaf_rn(__half2float(__half(lo_raw)), s, 0.0f);
-    out[2 * pair + 1] = __fmaf_rn(__half2float(__half(hi_raw)), s, 0.0f);
+    const float2 v = e4m3_pair_of_lane(w, pair);
+    out[2 * pair] = __fmaf_rn(v.x, s, 0.0f);
+    out[2 * pair + 1] = __fmaf_rn(v.y, s, 0.0f);
   }
 }
 
 // acc[j] = acc[j] + decode(element j): one rounding for the product, one for the sum. e4m3
-// codes go through the hardware e4m3x2 -> f16x2 conversion: exact (every e4m3 value is a half,
-// and every half a float), so the values equal formats::e4m3_to_float's; only the bits of a NaN
-// may differ, and a NaN sum leaves the kernel as the canonical bf16 NaN (lane_pack_bf16).
+// codes go through e4m3_pair_of_lane; a NaN sum leaves the kernel as the canonical bf16 NaN
+// (lane_pack_bf16).
 template <typename F>
 __device__ __forceinline__ void lane_decode_add(const LaneWord<F>& w, typename F::Scale s,
                                                 float (&acc)[kElemsPerLane]) {
   if constexpr (F::kIsFp8) {
 #pragma unroll
     for (int pair = 0; pair < kElemsPerLane / 2; ++pair) {
-      const uint32_t word = pair < 2 ? w.x : w.y;
-      const auto two = static_cast<__nv_fp8x2_storage_t>(word >> (16 * (pair & 1)));
-      const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(two, __NV_E4M3);
-      __half_raw lo_raw, hi_raw;
-      lo_raw.x = h.x;
-      hi_raw.x = h.y;
-      float lo = __half2float(__half(lo_raw));
-      float hi = __half2float(__half(hi_raw));
+      const float2 v = e4m3_pair_of_lane(w, pair);
+      float lo = v.x;
+      float hi = v.y;
       if constexpr (F::kBlock != 0) {
         lo = lo * s;
         hi = hi * s;
