@@ -33,7 +33,7 @@ grep -E "tests passed|Failed|\*\*\*|Timeout" $OUT/ctest.log | head -40
 t ctest
 prof() {  # prof NAME KERNEL-REGEX SKIP COUNT BENCH-ARGS...
   local name=$1 k=$2 s=$3 c=$4; shift 4
-  timeout $(( 590 - $(date +%s) + T0 )) ncu --set full --import-source yes -k regex:"$k" -s $s -c $c -o $OUT/$name -f \
+  timeout $(( 560 - $(date +%s) + T0 )) ncu --set full --import-source yes -k regex:"$k" -s $s -c $c -o $OUT/$name -f \
     $B bench --backend cuda --ranks 1 --num-sms 32 --no-check "$@" > $OUT/$name-ncu.log 2>&1 &&
     ncu -i $OUT/$name.ncu-rep --page source --csv --print-source sass > $OUT/$name-sass.csv 2>&1 &&
     ncu -i $OUT/$name.ncu-rep --page details > $OUT/$name-details.txt 2>&1
