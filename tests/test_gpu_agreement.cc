@@ -269,10 +269,12 @@ RejectedCreation rejected_creation_then_round(uint64_t salt, int late = -1) {
 TEST_F(GpuAgreement, RejectedCreationFailsEveryRankAtOnceAndTheNextWorks) {
   const RejectedCreation got = rejected_creation_then_round(8);
   for (int r : {0, 1}) {
+    // The message names rank 2's field and value either as the difference ("topk=0 on rank 2,
+    // topk=2 on rank r") or, when rank 2's slot already holds its next attempt as this rank reads
+    // it, as rank 2's reason ("topk=0 must be in [1, num_experts=12]"): which one depends on the
+    // threads' timing (v29 run B met the second without a late rank).
     expect_error(got.first[r], ErrorCode::kInvalidArgument,
-                 {"create_op aborted: rank 2 rejected its configuration",
-                  "topk=0 on rank 2, topk=2 on rank "},
-                 r);
+                 {"create_op aborted: rank 2 rejected its configuration", "topk=0 "}, r);
     EXPECT_LT(got.seconds[r], 3.0) << "rank " << r << " waited for the timeout";
   }
 }
