@@ -1,8 +1,8 @@
 // Instruction-lean encoders for the data kernels, with the same bits as the traits of codecs.h.
 // encode_lane<F> is what a kernel calls for one lane's 8 bf16 values (all 32 lanes together: it
 // shuffles). For finite blocks it takes fast paths; whenever a lane's block holds Inf or NaN (or
-// a subnormal or tiny block maximum) the whole warp takes the reference
-// path of packed.cuh for that step, so the rare cases keep exactly the scalar rules.
+// a subnormal or tiny block maximum) the whole warp takes the reference path of packed.cuh for
+// that step, so the rare cases keep exactly the scalar rules.
 //   amax:  the largest bf16 magnitude as an integer (magnitude bits order like the values for
 //          finite numbers), four packed max instructions and integer shuffles, instead of a float
 //          max and a finiteness test per element (two warp steps share one packed reduction
