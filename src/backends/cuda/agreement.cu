@@ -1,5 +1,5 @@
-// Launchers of the step agreement and the creation
-// rendezvous (agreement.cuh): one block, a thread per peer, for the agreements.
+// Launchers of the step agreement and the creation rendezvous (agreement.cuh): one block, a
+// thread per peer, for the agreements.
 #include "backends/cuda/agreement.cuh"
 #include "backends/cuda/resources.h"
 
