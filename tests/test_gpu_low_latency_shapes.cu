@@ -95,5 +95,31 @@ TEST(GpuLowLatencyShapes, TopkAbove32) {
   }
 }
 
+// The step kernel ranks a dispatch's slots in windows of tokens sized by its shared memory
+// (ll_rank_slots: at E = 4096, 32 tokens): 100 and 67 tokens are 4 and 3 windows, and slots
+// 0 and 1 of every token name one of a few experts (ranks 0's 0-4, rank 1's 2048-2050), so the
+// ranks and counts carry over every window; slot 2 names slot 0's expert again in every fourth
+// token (one bitmask bit, one row).
+TEST(GpuLowLatencyShapes, ManyExpertsRankSlotsAcrossTokenWindows) {
+  if (!testing::have_gpu()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
+  const int world_size = 2;
+  for (const DtypePair& pair : {DtypePair{DispatchDtype::bf16, CombineDtype::bf16},
+                                DtypePair{DispatchDtype::fp8, CombineDtype::fp8},
+                                DtypePair{DispatchDtype::fp4, CombineDtype::bf16}}) {
+    SCOPED_TRACE(testing::pair_name(pair));
+    const OpConfig c = shape_config(pair, 4096, 8, 128, 100);
+    std::vector<RankInput> inputs = shape_inputs(c, world_size, 0.1, 11, {100, 67});
+    for (RankInput& r : inputs) {
+      for (int64_t t = 0; t < r.num_tokens; ++t) {
+        int32_t* slots = r.topk_idx.data() + t * r.topk;
+        slots[0] = static_cast<int32_t>(t % 5);
+        slots[1] = static_cast<int32_t>(2048 + t % 3);
+        if (t % 4 == 0) slots[2] = slots[0];
+      }
+    }
+    run_and_check(c, world_size, inputs);
+  }
+}
+
 }  // namespace
 }  // namespace moe_ep

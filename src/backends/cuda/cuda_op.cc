@@ -71,6 +71,8 @@ CudaOp::CudaOp(std::shared_ptr<CudaComm> comm, const OpConfig& config, int num_s
     ll_tickets_.zero(comm_->internal_stream());
     ll_send_counts_ = DeviceArray<int32_t>(device_, config.num_experts);
     ll_send_counts_.zero(comm_->internal_stream());
+    ll_slot_ranks_ = DeviceArray<int32_t>(
+        device_, static_cast<size_t>(config.max_tokens_per_rank) * config.topk);
     ll_token_mask_ = DeviceArray<uint64_t>(device_, config.max_tokens_per_rank);
     ll_slot_rows_ = DeviceArray<int32_t>(
         device_, static_cast<size_t>(world_size_) * config.max_tokens_per_rank * config.topk);

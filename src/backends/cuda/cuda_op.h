@@ -240,7 +240,8 @@ class CudaOp final : public OpBase {
   // Decode mode, allocated only with OpConfig::low_latency.
   DeviceArray<LowLatencyState> ll_state_;  // [1]
   DeviceArray<unsigned int> ll_tickets_;   // [3]
-  DeviceArray<int32_t> ll_send_counts_;    // [E], zero between calls
+  DeviceArray<int32_t> ll_send_counts_;    // [E] (LowLatencyParams::send_counts)
+  DeviceArray<int32_t> ll_slot_ranks_;     // [Tmax, K] (LowLatencyParams::slot_ranks)
   DeviceArray<uint64_t> ll_token_mask_;    // [Tmax]
   DeviceArray<int32_t> ll_slot_rows_;      // [W, Tmax, K]
   DeviceArray<char> ll_slab_payload_;      // [E/W, W*Tmax, payload bytes]

@@ -331,6 +331,12 @@ struct LowLatencyParams {
   bool deferred_receive;        // a receive part: checks hooked_step first
   const StepReason* my_reason;  // mapped host memory
   StepOutcome* outcome;         // mapped host memory
+  // A one-node dispatch's step kernel ranks its slots first (ll_rank_slots: slot_ranks and
+  // send_counts); with step_scans it also checks the ids' range (outside validation mode, where
+  // validate_kernel did not run) and notes when that began in scan_started_ns.
+  bool step_ranks;
+  bool step_scans;
+  uint64_t* scan_started_ns;
   // dispatch
   const void* x;              // [T, H] bf16, or pre-quantized payload [T, payload bytes]
   const void* x_scales;       // pre-quantized scales [T, scale bytes] or nullptr
@@ -349,7 +355,10 @@ struct LowLatencyParams {
   const uint16_t* y;      // [E/W, W*Tmax, H] bf16 (not read by kLlCombineReceive)
   uint16_t* out;          // [T, H] bf16 (not written by kLlCombineSend)
   int32_t combine_phase;  // LlCombinePhase
-  int32_t* send_counts;   // [E] this rank's tokens per expert, reset by the send's last block
+  // [E] this rank's tokens per expert: ll_rank_slots's (one node), or the send's atomics, reset
+  // by its last block (several nodes)
+  int32_t* send_counts;
+  int32_t* slot_ranks;    // [Tmax, K] ll_rank_slots's slot ranks (one node)
   unsigned int* tickets;  // [3]: combine tickets [2], send block counter
   uint64_t timeout_ns;
   ErrorSink err;

@@ -32,7 +32,12 @@ int blocks_for_warp_items(int64_t items, int num_blocks) {
 }  // namespace
 
 cudaError_t launch_ll_step(const LowLatencyParams& p, cudaStream_t stream) {
-  return launch_following(ll_step_kernel, 1, Policy::kMaxPeers, stream, p);
+  static_assert(Policy::kNotifyThreads >= Policy::kMaxPeers, "the step block: a thread a peer");
+  // A thread a peer; a step kernel that ranks the slots takes a whole block (128 tokens, top-8,
+  // are a slot a thread in each of ll_rank_slots's passes; v30 run B: 256 threads, 4 slots a
+  // thread, took 5 us).
+  return launch_following(ll_step_kernel, 1,
+                          p.step_ranks ? Policy::kNotifyThreads : Policy::kMaxPeers, stream, p);
 }
 
 cudaError_t launch_ll_send(DispatchDtype dtype, bool prequantized, const LowLatencyParams& p,

@@ -70,9 +70,119 @@ __device__ inline void ll_record_call(LowLatencyState* state, bool dispatch, uin
   }
 }
 
-// The decode step word's kind and verdict; the call number comes from LowLatencyState.
-__global__ void ll_step_kernel(LowLatencyParams p) {
+// Shared words of ll_rank_slots: a count per expert and each expert's bitmask of a window of
+// tokens (32 KiB: at E = 256 a window is 992 tokens, at the most experts, 4096, 32 tokens).
+inline constexpr int kLlRankWords = 8192;
+static_assert(kLlRankWords >= 2 * 4096, "a count and one bitmask word per expert at E = 4096");
+
+// The slot ranks of a one-node dispatch, in its step kernel (every thread of the block): for
+// slot k of token t naming expert e, the number of earlier tokens of this call naming e, with
+// bit 31 set when an earlier slot of t names e too (-1 for a masked slot); and the call's count
+// of tokens per expert. ll_send stores them with the rows (the receiver places token t's row of
+// e at the earlier sources' counts of e plus this rank: canonical order without a scan there).
+// Tokens go in windows of 32n: each valid slot sets its token's bit in e's n-word bitmask, then
+// its rank is e's count of the earlier windows plus the bits below its token; e's count grows
+// by its window's bits. A token naming e twice sets one bit, so it counts once.
+// With p.step_scans (outside validation mode, where validate_kernel scans instead) an id out of
+// range is reported as validate_scan reports it: this rank then rejects the call in its step
+// word. Every thread's ids of a pass are loaded before any is used (one round trip a pass).
+__device__ inline void ll_rank_slots(const LowLatencyParams& p) {
+  __shared__ uint32_t words[kLlRankWords];
+  const RankInfo& info = p.info;
+  const int experts = info.num_experts;
+  // 32-bit indices: T * K <= 2^20 * 64 slots (op.cc's limits), and a 64-bit division by K costs
+  // about 60 instructions a slot.
+  const uint32_t k_slots = static_cast<uint32_t>(info.topk);
+  const uint32_t tokens = static_cast<uint32_t>(p.num_tokens);
+  if (p.step_scans && threadIdx.x == 0) *p.scan_started_ns = global_timer_ns();
+  uint32_t* counts = words;          // [E]
+  uint32_t* bits = words + experts;  // [E][n]
+  const uint32_t most = static_cast<uint32_t>((kLlRankWords - experts) / experts);
+  const uint32_t need = (tokens + 31) / 32;
+  const uint32_t n = need < most ? (need < 1 ? 1 : need) : most;
+  for (int e = threadIdx.x; e < experts; e += blockDim.x) counts[e] = 0;
+  constexpr int kBatch = 4;
+  const uint32_t stride = blockDim.x;
+  for (uint32_t w0 = 0; w0 < tokens; w0 += 32 * n) {  // uniform over the block
+    const uint32_t w1 = tokens - w0 < 32 * n ? tokens : w0 + 32 * n;
+    const uint32_t end = w1 * k_slots;
+    for (uint32_t i = threadIdx.x; i < experts * n; i += stride) bits[i] = 0;
+    __syncthreads();
+    // Pass 1: the bits (and the range check).
+    for (uint32_t i0 = w0 * k_slots + threadIdx.x; i0 < end; i0 += kBatch * stride) {
+      int32_t ids[kBatch];
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        const uint32_t i = i0 + u * stride;
+        ids[u] = i < end ? p.topk_idx[i] : -1;
+      }
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        const uint32_t i = i0 + u * stride;
+        const int32_t e = ids[u];
+        if (i >= end || e == -1) continue;
+        const uint32_t t = i / k_slots;
+        if (e < -1 || e >= experts) {
+          if (p.step_scans) {
+            report_error(p.err, kDevBadExpert, 0, info.rank, -1, experts, e, t, i - t * k_slots, e);
+          }
+          continue;
+        }
+        const uint32_t b = t - w0;
+        atomicOr(&bits[e * n + b / 32], 1u << (b % 32));
+      }
+    }
+    __syncthreads();
+    // Pass 2: each slot's rank (the ids again, from L1).
+    for (uint32_t i0 = w0 * k_slots + threadIdx.x; i0 < end; i0 += kBatch * stride) {
+      int32_t ids[kBatch];
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        const uint32_t i = i0 + u * stride;
+        ids[u] = i < end ? p.topk_idx[i] : -1;
+      }
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        const uint32_t i = i0 + u * stride;
+        if (i >= end) continue;
+        const int32_t e = ids[u];
+        if (e < 0 || e >= experts) {
+          p.slot_ranks[i] = -1;
+          continue;
+        }
+        const uint32_t t = i / k_slots;
+        const uint32_t b = t - w0;
+        uint32_t rank = counts[e];
+        for (uint32_t w = 0; w < b / 32; ++w) rank += __popc(bits[e * n + w]);
+        rank += __popc(bits[e * n + b / 32] & ((1u << (b % 32)) - 1u));
+        // An earlier slot of t naming e: its loads independent of each other (no short cut).
+        bool repeat = false;
+        for (uint32_t j = t * k_slots; j < i; ++j) repeat |= p.topk_idx[j] == e;
+        p.slot_ranks[i] = static_cast<int32_t>(repeat ? rank | 0x80000000u : rank);
+      }
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < experts; e += blockDim.x) {
+      uint32_t c = 0;
+      for (uint32_t w = 0; w < n; ++w) c += __popc(bits[e * n + w]);
+      counts[e] += c;
+    }
+    __syncthreads();
+  }
+  for (int e = threadIdx.x; e < experts; e += blockDim.x) {
+    p.send_counts[e] = static_cast<int32_t>(counts[e]);
+  }
+  __syncthreads();  // a report (the flag, then the record) precedes init_step_votes
+}
+
+// The decode step word's kind and verdict; the call number comes from LowLatencyState. A one-node
+// dispatch's step kernel first ranks its slots (ll_rank_slots, p.step_ranks), which scans the
+// expert ids outside validation mode (p.step_scans): a bad id sets the error flag, which makes
+// this rank reject the call in its word, as validate_kernel's scan would have before it, one
+// kernel boundary later.
+__global__ void __launch_bounds__(Policy::kNotifyThreads) ll_step_kernel(LowLatencyParams p) {
   ll_follow_previous_kernel();
+  if (p.step_ranks) ll_rank_slots(p);
   const RankInfo& info = p.info;
   LowLatencyState* state = p.state;
   __shared__ uint64_t step, call;
@@ -252,6 +362,16 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
       kPrequantized ? 1
                     : (info.hidden + Policy::kDispatchSliceElems - 1) / Policy::kDispatchSliceElems;
   const int64_t payload_bytes = p.layout.dispatch_payload_bytes;
+  if (!kNodes && blockIdx.x == 0) {
+    // One node: this call's per-expert token counts (ll_rank_slots) into every destination's
+    // counts row, before the grid's end releases the done words.
+    for (int e = threadIdx.x; e < info.num_experts; e += blockDim.x) {
+      const int d = e / info.experts_per_rank;
+      *reinterpret_cast<int32_t*>(
+          p.peers.base[d] + p.layout.ll_counts_offset(info.rank, e - d * info.experts_per_rank)) =
+          p.send_counts[e];
+    }
+  }
   // Items [0, T): a token's flags and metadata (ids, weights, slot ranks) for its destinations;
   // then [T, T + T * slices): (token, slice) rows. The metadata items come first, so their
   // longer work (the slot ranks) starts with the first warps.
@@ -293,9 +413,13 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
           const bool mine = e >= 0 && e < info.num_experts && e / info.experts_per_rank == d;
           reinterpret_cast<int32_t*>(meta)[k] = mine ? e - d * info.experts_per_rank : -1;
           reinterpret_cast<float*>(meta)[info.topk + k] = p.topk_weights[t * info.topk + k];
+          // One node: the slot ranks from the step kernel (ll_rank_slots).
+          if (!kNodes && mine) {
+            reinterpret_cast<int32_t*>(meta)[2 * info.topk + k] = p.slot_ranks[t * info.topk + k];
+          }
         }
       }
-      ll_send_slot_ranks<kNodes>(p, t, slots, c.lane);
+      if constexpr (kNodes) ll_send_slot_ranks<kNodes>(p, t, slots, c.lane);
       continue;
     }
     const int64_t t = (item - tokens) / slices;
@@ -343,11 +467,17 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
       }
     }
   }
-  // The last block stores this rank's per-expert token counts into every destination's counts
-  // row (resetting them for the next call) before the done words: a destination that sees its
+  // One node: the done words once every block is done (the counts went out first, above).
+  // Several nodes: the last block stores this rank's per-expert token counts (the slots' atomics,
+  // resetting them for the next call): those of this node's experts into every destination's
+  // counts row, those of another node's experts into the message for it, then its header's T
+  // and `sent` step; the done words go to this node's ranks only. A destination that sees its
   // done word sees the counts and the rows.
-  // Several nodes: the counts of another node's experts go into the message for it, then its
-  // header's T and `sent` step; the done words go to this node's ranks only.
+  if constexpr (!kNodes) {
+    signal_when_grid_done(p.tickets + 2, p.peers.base, info.world_size,
+                          p.layout.ll_done_offset(info.rank), step << 32 | p.num_tokens);
+    return;
+  }
   const int first = nodes ? p.nodes.first_rank() : 0;
   signal_when_grid_done(
       p.tickets + 2, p.peers.base + first, nodes ? p.nodes.node_size : info.world_size,

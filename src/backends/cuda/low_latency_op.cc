@@ -45,6 +45,7 @@ LowLatencyParams CudaOp::ll_params(CallKind kind, bool host_rejected) const {
   p.src_token = ll_src_token_.get();
   p.src_slot = ll_src_slot_.get();
   p.send_counts = ll_send_counts_.get();
+  p.slot_ranks = ll_slot_ranks_.get();
   p.tickets = ll_tickets_.get();
   p.timeout_ns = timeout_ns();
   p.err = error_sink();
@@ -115,18 +116,19 @@ LowLatencyDispatchResult CudaOp::low_latency_dispatch(const LowLatencyDispatchAr
   try {
     if (have_call_ && !in_graph)
       MOE_EP_CUDA_CHECK(cudaStreamWaitEvent(stream, call_done_.get(), 0));
-    if (accepted) {
-      launch_validation(args, prequantized, num_tokens, stream);
-    } else {
+    const bool across_nodes = nodes_.several();
+    // On one node the step kernel ranks the slots (ll_rank_slots) and, outside validation mode,
+    // scans the expert ids itself, one kernel fewer; validation mode's scan of x needs
+    // validate_kernel's grid.
+    const bool step_ranks = accepted && !across_nodes;
+    const bool step_scans = step_ranks && !Knobs::get().validate;
+    if (!accepted) {
       write_my_reason(verdict.error);
+    } else if (!step_scans) {
+      launch_validation(args, prequantized, num_tokens, stream);
     }
     LowLatencyParams p = ll_params(CallKind::kLowLatencyDispatch, !accepted);
     p.hooked_send = accepted && args.return_recv_hook;  // its receive part checks this step
-    const bool across_nodes = nodes_.several();
-    // Across nodes the node agrees first; the verdict of every rank comes with the settle.
-    MOE_EP_CUDA_CHECK(across_nodes ? launch_ll_node_step(p, stream) : launch_ll_step(p, stream));
-    last_kind_ = CallKind::kLowLatencyDispatch;
-    last_verdict_ = verdict;
     if (accepted) {
       p.x = args.x.data;
       p.x_scales = args.x_scales.data;
@@ -134,6 +136,13 @@ LowLatencyDispatchResult CudaOp::low_latency_dispatch(const LowLatencyDispatchAr
       p.topk_weights = args.topk_weights.ptr<float>();
       p.num_tokens = static_cast<int32_t>(num_tokens);
     }
+    p.step_ranks = step_ranks;
+    p.step_scans = step_scans;
+    p.scan_started_ns = step_started_.get() + 1;  // where validate_kernel notes it
+    // Across nodes the node agrees first; the verdict of every rank comes with the settle.
+    MOE_EP_CUDA_CHECK(across_nodes ? launch_ll_node_step(p, stream) : launch_ll_step(p, stream));
+    last_kind_ = CallKind::kLowLatencyDispatch;
+    last_verdict_ = verdict;
     if (across_nodes) {
       // Send (when accepted), then the exchange, forward and settle, which every rank takes in
       // every dispatch; with the hook too (the exchange count must not depend on the hooks), so
