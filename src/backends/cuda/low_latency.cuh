@@ -347,10 +347,31 @@ __device__ __forceinline__ void ll_send_slot_ranks(const LowLatencyParams& p, in
 template <typename F, bool kPrequantized, bool kNodes>
 __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm)
     ll_send_kernel(LowLatencyParams p) {
-  ll_follow_previous_kernel();
-  if (block_sees_error(p.err)) return;
   const WarpCoord c = warp_coord();
   const RankInfo& info = p.info;
+  // A warp's first row slice is loaded before the wait for the step kernel (this kernel starts
+  // early, beside it): x is the caller's, complete before the step kernel began (which waited
+  // for the kernels before it), and nothing is stored before the wait. The step kernel's own
+  // writes (the step, the slot ranks, the error flag) are read only after it.
+  uint4 v[Policy::kUnroll];
+  bool have_first = false;
+  if constexpr (!kPrequantized && !kNodes) {  // (across nodes its registers would spill)
+    const int64_t slices =
+        (info.hidden + Policy::kDispatchSliceElems - 1) / Policy::kDispatchSliceElems;
+    const int64_t tokens = p.num_tokens;
+    if (c.warp >= tokens && c.warp < tokens + tokens * slices) {
+      const int64_t t = (c.warp - tokens) / slices;
+      const int64_t begin = (c.warp - tokens - t * slices) * Policy::kDispatchSliceElems;
+      const uint16_t* src = static_cast<const uint16_t*>(p.x) + t * info.hidden;
+#pragma unroll
+      for (int u = 0; u < Policy::kUnroll; ++u) {
+        v[u] = load_lane(src, begin + u * kElemsPerWarpStep + c.lane * kElemsPerLane, info.hidden);
+      }
+      have_first = true;
+    }
+  }
+  ll_follow_previous_kernel();
+  if (block_sees_error(p.err)) return;
   // This dispatch's step: the step kernel just before set it (the call ran, or the error flag
   // stopped this kernel above). Several nodes: the step in flight, whose verdict the settle
   // gives only after the exchange; the node agreed first (ll_node_step_kernel), and when it did
@@ -374,7 +395,7 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
   }
   // Items [0, T): a token's flags and metadata (ids, weights, slot ranks) for its destinations;
   // then [T, T + T * slices): (token, slice) rows. The metadata items come first, so their
-  // longer work (the slot ranks) starts with the first warps.
+  // longer work (across nodes, the slot ranks) starts with the first warps.
   const int64_t tokens = p.num_tokens;
   for (int64_t item = c.warp; item < tokens + tokens * slices; item += c.num_warps) {
     if (item < tokens) {
@@ -445,11 +466,13 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
       const int hidden = info.hidden;
       const uint16_t* src = static_cast<const uint16_t*>(p.x) + t * hidden;
       const int64_t begin = slice * Policy::kDispatchSliceElems;
-      uint4 v[Policy::kUnroll];
+      if (!have_first) {  // (the warp's first item was loaded before the wait)
 #pragma unroll
-      for (int u = 0; u < Policy::kUnroll; ++u) {
-        v[u] = load_lane(src, begin + u * kElemsPerWarpStep + c.lane * kElemsPerLane, hidden);
+        for (int u = 0; u < Policy::kUnroll; ++u) {
+          v[u] = load_lane(src, begin + u * kElemsPerWarpStep + c.lane * kElemsPerLane, hidden);
+        }
       }
+      have_first = false;
 #pragma unroll
       for (int u = 0; u < Policy::kUnroll; ++u) {
         if (begin + u * kElemsPerWarpStep >= hidden) break;  // warp-uniform
