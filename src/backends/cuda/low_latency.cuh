@@ -86,6 +86,17 @@ static_assert(kLlRankWords >= 2 * 4096, "a count and one bitmask word per expert
 // With p.step_scans (outside validation mode, where validate_kernel scans instead) an id out of
 // range is reported as validate_scan reports it: this rank then rejects the call in its step
 // word. Every thread's ids of a pass are loaded before any is used (one round trip a pass).
+// Ids i0 + u * stride of topk_idx for u < kBatch, -1 from `end` on: their loads in flight together.
+template <int kBatch>
+__device__ __forceinline__ void load_id_batch(const int32_t* topk_idx, uint32_t i0, uint32_t stride,
+                                              uint32_t end, int32_t (&ids)[kBatch]) {
+#pragma unroll
+  for (int u = 0; u < kBatch; ++u) {
+    const uint32_t i = i0 + u * stride;
+    ids[u] = i < end ? topk_idx[i] : -1;
+  }
+}
+
 __device__ inline void ll_rank_slots(const LowLatencyParams& p) {
   __shared__ uint32_t words[kLlRankWords];
   const RankInfo& info = p.info;
@@ -111,11 +122,7 @@ __device__ inline void ll_rank_slots(const LowLatencyParams& p) {
     // Pass 1: the bits (and the range check).
     for (uint32_t i0 = w0 * k_slots + threadIdx.x; i0 < end; i0 += kBatch * stride) {
       int32_t ids[kBatch];
-#pragma unroll
-      for (int u = 0; u < kBatch; ++u) {
-        const uint32_t i = i0 + u * stride;
-        ids[u] = i < end ? p.topk_idx[i] : -1;
-      }
+      load_id_batch(p.topk_idx, i0, stride, end, ids);
 #pragma unroll
       for (int u = 0; u < kBatch; ++u) {
         const uint32_t i = i0 + u * stride;
@@ -136,11 +143,7 @@ __device__ inline void ll_rank_slots(const LowLatencyParams& p) {
     // Pass 2: each slot's rank (the ids again, from L1).
     for (uint32_t i0 = w0 * k_slots + threadIdx.x; i0 < end; i0 += kBatch * stride) {
       int32_t ids[kBatch];
-#pragma unroll
-      for (int u = 0; u < kBatch; ++u) {
-        const uint32_t i = i0 + u * stride;
-        ids[u] = i < end ? p.topk_idx[i] : -1;
-      }
+      load_id_batch(p.topk_idx, i0, stride, end, ids);
 #pragma unroll
       for (int u = 0; u < kBatch; ++u) {
         const uint32_t i = i0 + u * stride;
