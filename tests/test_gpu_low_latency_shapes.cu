@@ -97,7 +97,7 @@ TEST(GpuLowLatencyShapes, TopkAbove32) {
 
 // The step kernel ranks a dispatch's slots in windows of tokens sized by its shared memory
 // (ll_rank_slots: at E = 4096, 32 tokens): 100 and 67 tokens are 4 and 3 windows, and slots
-// 0 and 1 of every token name one of a few experts (ranks 0's 0-4, rank 1's 2048-2050), so the
+// 0 and 1 of every token name one of a few experts (rank 0's 0-4, rank 1's 2048-2050), so the
 // ranks and counts carry over every window; slot 2 names slot 0's expert again in every fourth
 // token (one bitmask bit, one row).
 TEST(GpuLowLatencyShapes, ManyExpertsRankSlotsAcrossTokenWindows) {

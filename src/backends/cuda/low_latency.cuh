@@ -75,17 +75,6 @@ __device__ inline void ll_record_call(LowLatencyState* state, bool dispatch, uin
 inline constexpr int kLlRankWords = 8192;
 static_assert(kLlRankWords >= 2 * 4096, "a count and one bitmask word per expert at E = 4096");
 
-// The slot ranks of a one-node dispatch, in its step kernel (every thread of the block): for
-// slot k of token t naming expert e, the number of earlier tokens of this call naming e, with
-// bit 31 set when an earlier slot of t names e too (-1 for a masked slot); and the call's count
-// of tokens per expert. ll_send stores them with the rows (the receiver places token t's row of
-// e at the earlier sources' counts of e plus this rank: canonical order without a scan there).
-// Tokens go in windows of 32n: each valid slot sets its token's bit in e's n-word bitmask, then
-// its rank is e's count of the earlier windows plus the bits below its token; e's count grows
-// by its window's bits. A token naming e twice sets one bit, so it counts once.
-// With p.step_scans (outside validation mode, where validate_kernel scans instead) an id out of
-// range is reported as validate_scan reports it: this rank then rejects the call in its step
-// word. Every thread's ids of a pass are loaded before any is used (one round trip a pass).
 // Ids i0 + u * stride of topk_idx for u < kBatch, -1 from `end` on: their loads in flight together.
 template <int kBatch>
 __device__ __forceinline__ void load_id_batch(const int32_t* topk_idx, uint32_t i0, uint32_t stride,
@@ -97,6 +86,17 @@ __device__ __forceinline__ void load_id_batch(const int32_t* topk_idx, uint32_t 
   }
 }
 
+// The slot ranks of a one-node dispatch, in its step kernel (every thread of the block): for
+// slot k of token t naming expert e, the number of earlier tokens of this call naming e, with
+// bit 31 set when an earlier slot of t names e too (-1 for a masked slot); and the call's count
+// of tokens per expert. ll_send stores them with the rows (the receiver places token t's row of
+// e at the earlier sources' counts of e plus this rank: canonical order without a scan there).
+// Tokens go in windows of 32n: each valid slot sets its token's bit in e's n-word bitmask, then
+// its rank is e's count of the earlier windows plus the bits below its token; e's count grows
+// by its window's bits. A token naming e twice sets one bit, so it counts once.
+// With p.step_scans (outside validation mode, where validate_kernel scans instead) an id out of
+// range is reported as validate_scan reports it: this rank then rejects the call in its step
+// word. Every thread's ids of a pass are loaded before any is used (one round trip a pass).
 __device__ inline void ll_rank_slots(const LowLatencyParams& p) {
   __shared__ uint32_t words[kLlRankWords];
   const RankInfo& info = p.info;
