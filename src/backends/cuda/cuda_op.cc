@@ -238,7 +238,7 @@ ValidateParams CudaOp::validation_params(const DispatchArgs& args, bool prequant
                     static_cast<int32_t>(num_tokens),
                     Knobs::get().validate,
                     error_sink()};
-  vp.started_ns = step_started_.get() + 1;
+  vp.started_ns = scan_started();
   return vp;
 }
 

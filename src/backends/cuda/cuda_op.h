@@ -174,6 +174,7 @@ class CudaOp final : public OpBase {
   PeerTable peers_{};
   // [2] when the latest step kernel and validation scan began (global timer), for reports
   DeviceArray<uint64_t> step_started_;
+  uint64_t* scan_started() const { return step_started_.get() + 1; }
   int64_t step_launched_ns_ = 0;  // host clock at the latest step's launch, for reports
   DeviceArray<int32_t> pos_;      // [2][W, max_tokens]: the latest, the spare
   int pos_half_ = 0;              // the latest dispatch's half of pos_

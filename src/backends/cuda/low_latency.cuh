@@ -41,6 +41,7 @@
 
 #include "backends/cuda/data_common.cuh"
 #include "backends/cuda/step_exchange.cuh"
+#include "backends/cuda/validate.cuh"
 
 namespace moe_ep::cuda_backend {
 
@@ -95,8 +96,8 @@ __device__ __forceinline__ void load_id_batch(const int32_t* topk_idx, uint32_t 
 // its rank is e's count of the earlier windows plus the bits below its token; e's count grows
 // by its window's bits. A token naming e twice sets one bit, so it counts once.
 // With p.step_scans (outside validation mode, where validate_kernel scans instead) an id out of
-// range is reported as validate_scan reports it: this rank then rejects the call in its step
-// word. Every thread's ids of a pass are loaded before any is used (one round trip a pass).
+// range is reported as validate_scan reports it (report_bad_expert): this rank then rejects the
+// call in its step word. Every thread's ids of a pass are loaded before any is used (one round trip a pass).
 __device__ inline void ll_rank_slots(const LowLatencyParams& p) {
   __shared__ uint32_t words[kLlRankWords];
   const RankInfo& info = p.info;
@@ -130,9 +131,7 @@ __device__ inline void ll_rank_slots(const LowLatencyParams& p) {
         if (i >= end || e == -1) continue;
         const uint32_t t = i / k_slots;
         if (e < -1 || e >= experts) {
-          if (p.step_scans) {
-            report_error(p.err, kDevBadExpert, 0, info.rank, -1, experts, e, t, i - t * k_slots, e);
-          }
+          if (p.step_scans) report_bad_expert(p.err, info, e, t, i - t * k_slots);
           continue;
         }
         const uint32_t b = t - w0;
@@ -352,6 +351,10 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
     ll_send_kernel(LowLatencyParams p) {
   const WarpCoord c = warp_coord();
   const RankInfo& info = p.info;
+  const int64_t slices =
+      kPrequantized ? 1
+                    : (info.hidden + Policy::kDispatchSliceElems - 1) / Policy::kDispatchSliceElems;
+  const int64_t tokens = p.num_tokens;
   // A warp's first row slice is loaded before the wait for the step kernel (this kernel starts
   // early, beside it): x is the caller's, complete before the step kernel began (which waited
   // for the kernels before it), and nothing is stored before the wait. The step kernel's own
@@ -359,9 +362,6 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
   uint4 v[Policy::kUnroll];
   bool have_first = false;
   if constexpr (!kPrequantized && !kNodes) {  // (across nodes its registers would spill)
-    const int64_t slices =
-        (info.hidden + Policy::kDispatchSliceElems - 1) / Policy::kDispatchSliceElems;
-    const int64_t tokens = p.num_tokens;
     if (c.warp >= tokens && c.warp < tokens + tokens * slices) {
       const int64_t t = (c.warp - tokens) / slices;
       const int64_t begin = (c.warp - tokens - t * slices) * Policy::kDispatchSliceElems;
@@ -382,9 +382,6 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
   constexpr bool nodes = kNodes;  // p.nodes.several(): the launcher picks the instantiation
   const uint64_t step = nodes ? p.state->step : p.state->dispatch_step;
   if (nodes && p.state->send_step != step) return;  // every block alike
-  const int64_t slices =
-      kPrequantized ? 1
-                    : (info.hidden + Policy::kDispatchSliceElems - 1) / Policy::kDispatchSliceElems;
   const int64_t payload_bytes = p.layout.dispatch_payload_bytes;
   if (!kNodes && blockIdx.x == 0) {
     // One node: this call's per-expert token counts (ll_rank_slots) into every destination's
@@ -399,7 +396,6 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
   // Items [0, T): a token's flags and metadata (ids, weights, slot ranks) for its destinations;
   // then [T, T + T * slices): (token, slice) rows. The metadata items come first, so their
   // longer work (across nodes, the slot ranks) starts with the first warps.
-  const int64_t tokens = p.num_tokens;
   for (int64_t item = c.warp; item < tokens + tokens * slices; item += c.num_warps) {
     if (item < tokens) {
       const int64_t t = item;

@@ -138,7 +138,7 @@ LowLatencyDispatchResult CudaOp::low_latency_dispatch(const LowLatencyDispatchAr
     }
     p.step_ranks = step_ranks;
     p.step_scans = step_scans;
-    p.scan_started_ns = step_started_.get() + 1;  // where validate_kernel notes it
+    p.scan_started_ns = scan_started();
     // Across nodes the node agrees first; the verdict of every rank comes with the settle.
     MOE_EP_CUDA_CHECK(across_nodes ? launch_ll_node_step(p, stream) : launch_ll_step(p, stream));
     last_kind_ = CallKind::kLowLatencyDispatch;

@@ -11,6 +11,15 @@
 
 namespace moe_ep::cuda_backend {
 
+// Whether expert id e of slot k of token t is outside [-1, E); reported when so (the scan's one
+// check outside validation mode, decode mode's ll_rank_slots makes it too).
+__device__ __forceinline__ bool report_bad_expert(const ErrorSink& err, const RankInfo& info,
+                                                  int32_t e, int64_t t, int64_t k) {
+  if (e >= -1 && e < info.num_experts) return false;
+  report_error(err, kDevBadExpert, 0, info.rank, -1, info.num_experts, e, t, k, e);
+  return true;
+}
+
 __device__ inline void validate_scan(const ValidateParams& p, int part, int parts) {
   const RankInfo& info = p.info;
   if (p.started_ns != nullptr && part == 0 && threadIdx.x == 0) {
@@ -22,9 +31,8 @@ __device__ inline void validate_scan(const ValidateParams& p, int part, int part
     const int64_t t = i / info.topk;
     const int k = static_cast<int>(i % info.topk);
     const int32_t e = p.topk_idx[i];
-    if (e < -1 || e >= info.num_experts) {
-      report_error(p.err, kDevBadExpert, 0, info.rank, -1, info.num_experts, e, t, k, e);
-    } else if (p.validate && e >= 0) {
+    const bool bad = report_bad_expert(p.err, info, e, t, k);
+    if (!bad && p.validate && e >= 0) {
       for (int j = 0; j < k; ++j) {
         if (p.topk_idx[t * info.topk + j] == e) {
           report_error(p.err, kDevDupExpert, 0, info.rank, -1, j, k, t, k, e);
