@@ -6,8 +6,11 @@
 # A = `git archive HEAD` (the session's first commit: check that it is the tree these patches
 # were made against, v30's final commit), P1 = A + next-step-kernel-split.patch, P2 = A +
 # next-expand-no-grid-wait.patch, P3 = A + next-send-encode-before-wait.patch, ./ = the working
-# tree with all three applied by this script (built with tests). T = A + trace-runC.patch +
-# trace-ranks.patch. Decode bench A P1 P2 P3 ./ twice at 1 and 128 tokens; then the decode tests.
+# tree with all three applied by this script (built with tests). T = A + trace-final.patch +
+# trace-ranks.patch (trace-runC.patch is run C's, on the tree before session 37's last commits).
+# The tests include normal mode's scan and bit-exactness tests: session 37's last code commit
+# (report_bad_expert shared by validate_scan and ll_rank_slots) changed count_kernel's and
+# validate_kernel's code after the last GPU run. Decode bench A P1 P2 P3 ./ twice at 1 and 128 tokens; then the decode tests.
 set -u
 T0=$(date +%s)
 t() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
@@ -16,7 +19,7 @@ CFG="-G Ninja -DCMAKE_BUILD_TYPE=Release -DMOE_EP_ENABLE_CUDA=ON -DCMAKE_CUDA_AR
 SRC="CMakeLists.txt CMakePresets.json cmake include src tools python pyproject.toml"
 R=docs/results/v30-one-h200
 for d in A T P1 P2 P3; do rm -rf tmp-gpu/$d && mkdir -p tmp-gpu/$d && git archive HEAD $SRC | tar -x -C tmp-gpu/$d; done
-(cd tmp-gpu/T && patch -p1 -s < ../../$R/trace-runC.patch && patch -p1 -s < ../../$R/trace-ranks.patch) || echo "trace patches did not apply"
+(cd tmp-gpu/T && patch -p1 -s < ../../$R/trace-final.patch && patch -p1 -s < ../../$R/trace-ranks.patch) || echo "trace patches did not apply"
 (cd tmp-gpu/P1 && patch -p1 -s < ../../$R/next-step-kernel-split.patch) || echo "P1 did not apply"
 (cd tmp-gpu/P2 && patch -p1 -s < ../../$R/next-expand-no-grid-wait.patch) || echo "P2 did not apply"
 (cd tmp-gpu/P3 && patch -p1 -s < ../../$R/next-send-encode-before-wait.patch) || echo "P3 did not apply"
@@ -40,7 +43,7 @@ for round in 1 2; do
 done > $OUT/bench-decode.log 2>&1
 grep -E "^==|^ +[0-9]+ +|wrong|rror" $OUT/bench-decode.log
 t bench
-MOE_EP_TIMEOUT_S=10 timeout $(( 590 - $(date +%s) + T0 )) ctest --test-dir build/gpu -R 'LowLatency|Scan|Agreement|Timeout' --output-on-failure --timeout 60 > $OUT/ctest.log 2>&1
+MOE_EP_TIMEOUT_S=10 timeout $(( 590 - $(date +%s) + T0 )) ctest --test-dir build/gpu -R 'LowLatency|Scan|Validat|Agreement|Timeout|AllPairs|WorldSizeOne|SingleGpuWorld' --output-on-failure --timeout 60 > $OUT/ctest.log 2>&1
 echo "ctest rc $?"
 grep -E "tests passed|Failed|\*\*\*|Timeout" $OUT/ctest.log | head -40
 git checkout src  # the patches were applied to ./ for this run only
