@@ -97,7 +97,7 @@ __device__ __forceinline__ void load_id_batch(const int32_t* topk_idx, uint32_t 
 // by its window's bits. A token naming e twice sets one bit, so it counts once.
 // With p.step_scans (outside validation mode, where validate_kernel scans instead) an id out of
 // range is reported as validate_scan reports it (report_bad_expert): this rank then rejects the
-// call in its step word. Every thread's ids of a pass are loaded before any is used (one round trip a pass).
+// call in its step word. A pass loads a thread's ids before it uses any (one round trip a pass).
 __device__ inline void ll_rank_slots(const LowLatencyParams& p) {
   __shared__ uint32_t words[kLlRankWords];
   const RankInfo& info = p.info;
