@@ -182,9 +182,12 @@ __device__ inline void ll_rank_slots(const LowLatencyParams& p) {
 // expert ids outside validation mode (p.step_scans): a bad id sets the error flag, which makes
 // this rank reject the call in its word, as validate_kernel's scan would have before it, one
 // kernel boundary later.
-__global__ void __launch_bounds__(Policy::kNotifyThreads) ll_step_kernel(LowLatencyParams p) {
+// kRanks: a one-node dispatch's (p.step_ranks), the only instantiation with ll_rank_slots's
+// 32 KiB of shared memory.
+template <bool kRanks>
+__global__ void __launch_bounds__(Policy::kNotifyThreads, 1) ll_step_kernel(LowLatencyParams p) {
   ll_follow_previous_kernel();
-  if (p.step_ranks) ll_rank_slots(p);
+  if constexpr (kRanks) ll_rank_slots(p);
   const RankInfo& info = p.info;
   LowLatencyState* state = p.state;
   __shared__ uint64_t step, call;
@@ -355,20 +358,33 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
       kPrequantized ? 1
                     : (info.hidden + Policy::kDispatchSliceElems - 1) / Policy::kDispatchSliceElems;
   const int64_t tokens = p.num_tokens;
-  // A warp's first row slice is loaded before the wait for the step kernel (this kernel starts
-  // early, beside it): x is the caller's, complete before the step kernel began (which waited
-  // for the kernels before it), and nothing is stored before the wait. The step kernel's own
-  // writes (the step, the slot ranks, the error flag) are read only after it.
-  uint4 v[Policy::kUnroll];
+  // A warp's first row slice is loaded and encoded, and its token's destinations found, before
+  // the wait for the step kernel (this kernel starts early, beside it): x and topk_idx are the
+  // caller's, complete before the step kernel began (which waited for the kernels before it),
+  // and nothing is stored before the wait. The step kernel's own writes (the step, the slot
+  // ranks, the error flag) are read only after it. The item is stored before the loop below,
+  // which starts at the warp's second item, so its registers are free again there.
+  LaneWord<F> first_word[Policy::kUnroll];
+  typename F::Params first_params[Policy::kUnroll];
+  uint64_t first_mask = 0;
+  int64_t first_t = 0, first_begin = 0;
   bool have_first = false;
   if constexpr (!kPrequantized && !kNodes) {  // (across nodes its registers would spill)
     if (c.warp >= tokens && c.warp < tokens + tokens * slices) {
-      const int64_t t = (c.warp - tokens) / slices;
-      const int64_t begin = (c.warp - tokens - t * slices) * Policy::kDispatchSliceElems;
-      const uint16_t* src = static_cast<const uint16_t*>(p.x) + t * info.hidden;
+      first_t = (c.warp - tokens) / slices;
+      first_begin = (c.warp - tokens - first_t * slices) * Policy::kDispatchSliceElems;
+      const uint16_t* src = static_cast<const uint16_t*>(p.x) + first_t * info.hidden;
+      uint4 v[Policy::kUnroll];
 #pragma unroll
       for (int u = 0; u < Policy::kUnroll; ++u) {
-        v[u] = load_lane(src, begin + u * kElemsPerWarpStep + c.lane * kElemsPerLane, info.hidden);
+        v[u] = load_lane(src, first_begin + u * kElemsPerWarpStep + c.lane * kElemsPerLane,
+                         info.hidden);
+      }
+      first_mask = token_destinations(p.topk_idx + first_t * info.topk, info, c.lane);
+#pragma unroll
+      for (int u = 0; u < Policy::kUnroll; ++u) {
+        if (first_begin + u * kElemsPerWarpStep >= info.hidden) break;  // warp-uniform
+        formats::encode_lane<F>(v[u], first_word[u], first_params[u]);
       }
       have_first = true;
     }
@@ -396,7 +412,29 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
   // Items [0, T): a token's flags and metadata (ids, weights, slot ranks) for its destinations;
   // then [T, T + T * slices): (token, slice) rows. The metadata items come first, so their
   // longer work (across nodes, the slot ranks) starts with the first warps.
-  for (int64_t item = c.warp; item < tokens + tokens * slices; item += c.num_warps) {
+  // Warp step u (an encoded lane) of token t's row slice from element `begin` into every
+  // destination's stage row (mask: the token's destinations).
+  const auto store_step = [&](int64_t t, uint64_t mask, int64_t begin, int u,
+                              const LaneWord<F>& word, const typename F::Params& params) {
+    const int64_t elem = begin + u * kElemsPerWarpStep + c.lane * kElemsPerLane;
+    for (uint64_t m = mask; m != 0;) {
+      const int d = next_dest(m);
+      char* row = ll_send_row<kNodes>(p, d, t, mask);
+      if (row != nullptr && elem < info.hidden) {
+        store_lane<F>(row, row + payload_bytes, elem, word, params);
+      }
+    }
+  };
+  int64_t first_item = c.warp;
+  if (have_first) {
+#pragma unroll
+    for (int u = 0; u < Policy::kUnroll; ++u) {
+      if (first_begin + u * kElemsPerWarpStep >= info.hidden) break;  // warp-uniform
+      store_step(first_t, first_mask, first_begin, u, first_word[u], first_params[u]);
+    }
+    first_item += c.num_warps;
+  }
+  for (int64_t item = first_item; item < tokens + tokens * slices; item += c.num_warps) {
     if (item < tokens) {
       const int64_t t = item;
       const int32_t* slots = p.topk_idx + t * info.topk;
@@ -465,27 +503,18 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
       const int hidden = info.hidden;
       const uint16_t* src = static_cast<const uint16_t*>(p.x) + t * hidden;
       const int64_t begin = slice * Policy::kDispatchSliceElems;
-      if (!have_first) {  // (the warp's first item was loaded before the wait)
+      uint4 v[Policy::kUnroll];
 #pragma unroll
-        for (int u = 0; u < Policy::kUnroll; ++u) {
-          v[u] = load_lane(src, begin + u * kElemsPerWarpStep + c.lane * kElemsPerLane, hidden);
-        }
+      for (int u = 0; u < Policy::kUnroll; ++u) {
+        v[u] = load_lane(src, begin + u * kElemsPerWarpStep + c.lane * kElemsPerLane, hidden);
       }
-      have_first = false;
 #pragma unroll
       for (int u = 0; u < Policy::kUnroll; ++u) {
         if (begin + u * kElemsPerWarpStep >= hidden) break;  // warp-uniform
-        const int64_t elem = begin + u * kElemsPerWarpStep + c.lane * kElemsPerLane;
         typename F::Params params;
         LaneWord<F> word;
         formats::encode_lane<F>(v[u], word, params);
-        for (uint64_t m = mask; m != 0;) {
-          const int d = next_dest(m);
-          char* row = ll_send_row<kNodes>(p, d, t, mask);
-          if (row != nullptr && elem < hidden) {
-            store_lane<F>(row, row + payload_bytes, elem, word, params);
-          }
-        }
+        store_step(t, mask, begin, u, word, params);
       }
     }
   }

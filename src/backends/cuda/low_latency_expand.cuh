@@ -159,7 +159,13 @@ struct LlExpandItems {
 template <typename F>
 __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm)
     ll_expand_kernel(LowLatencyParams p) {
-  ll_follow_previous_kernel();
+  // One node, right after this call's ll_send: no wait for ll_send's grid. Every row, flag, count
+  // and metadata word it stores here is ordered by its done word, which ll_wait_sources acquires
+  // as a peer's; what the step kernel wrote was visible before ll_send began, so before this
+  // kernel was launched. A deferred receive (the hooks) waits: the kernel before it may still
+  // read the slabs. Across nodes the kernel before it (the settle) sets the verdict.
+  if (p.deferred_receive || p.nodes.several()) wait_previous_kernel();
+  let_next_kernel_launch();
   __shared__ int tokens[Policy::kMaxPeers];
   __shared__ int64_t first_token[Policy::kMaxPeers + 1];
   if (block_sees_error(p.err)) return;
