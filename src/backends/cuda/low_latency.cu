@@ -36,9 +36,8 @@ cudaError_t launch_ll_step(const LowLatencyParams& p, cudaStream_t stream) {
   // A thread a peer; a step kernel that ranks the slots takes a whole block (128 tokens, top-8,
   // are a slot a thread in each of ll_rank_slots's passes; v30 run B: 256 threads, 4 slots a
   // thread, took 5 us).
-  return p.step_ranks
-             ? launch_following(ll_step_kernel<true>, 1, Policy::kNotifyThreads, stream, p)
-             : launch_following(ll_step_kernel<false>, 1, Policy::kMaxPeers, stream, p);
+  return p.step_ranks ? launch_following(ll_step_kernel<true>, 1, Policy::kNotifyThreads, stream, p)
+                      : launch_following(ll_step_kernel<false>, 1, Policy::kMaxPeers, stream, p);
 }
 
 cudaError_t launch_ll_send(DispatchDtype dtype, bool prequantized, const LowLatencyParams& p,
