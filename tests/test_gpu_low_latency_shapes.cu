@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "moe_ep/config.h"
@@ -92,6 +93,32 @@ TEST(GpuLowLatencyShapes, TopkAbove32) {
     SCOPED_TRACE(testing::pair_name(pair));
     const OpConfig c = shape_config(pair, 128, 40, 512, 16);
     run_and_check(c, world_size, shape_inputs(c, world_size, 0.2, 7, {16, 11}));
+  }
+}
+
+// The step kernel finds that a token names an expert twice when its bit is already set, then
+// marks the later slots by reading the earlier ones (ll_rank_slots), whatever the slots' lanes:
+// top-k 6 (tokens straddle warps) and 32 (a token is a whole warp). Every third token names
+// slot 0's expert again in slot 1 and in its last slot.
+TEST(GpuLowLatencyShapes, RepeatedExpertsWithTopkThatDividesThirtyTwoAndNot) {
+  if (!testing::have_gpu()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
+  const int world_size = 2;
+  for (const int topk : {6, 32}) {
+    for (const DtypePair& pair : {DtypePair{DispatchDtype::bf16, CombineDtype::bf16},
+                                  DtypePair{DispatchDtype::fp8, CombineDtype::fp8}}) {
+      SCOPED_TRACE(testing::pair_name(pair) + " topk " + std::to_string(topk));
+      const OpConfig c = shape_config(pair, 64, topk, 256, 40);
+      std::vector<RankInput> inputs = shape_inputs(c, world_size, 0.1, 13, {40, 23});
+      for (RankInput& r : inputs) {
+        for (int64_t t = 0; t < r.num_tokens; t += 3) {
+          int32_t* slots = r.topk_idx.data() + t * r.topk;
+          if (slots[0] < 0) slots[0] = static_cast<int32_t>(t % 64);
+          slots[1] = slots[0];
+          slots[r.topk - 1] = slots[0];
+        }
+      }
+      run_and_check(c, world_size, inputs);
+    }
   }
 }
 

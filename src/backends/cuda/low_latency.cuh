@@ -75,6 +75,42 @@ __device__ inline void ll_record_call(LowLatencyState* state, bool dispatch, uin
 // tokens (32 KiB: at E = 256 a window is 992 tokens, at the most experts, 4096, 32 tokens).
 inline constexpr int kLlRankWords = 8192;
 static_assert(kLlRankWords >= 2 * 4096, "a count and one bitmask word per expert at E = 4096");
+__device__ __forceinline__ uint32_t* ll_rank_words() {
+  __shared__ uint32_t words[kLlRankWords];
+  return words;
+}
+// Nonzero once a slot of the call found its token's bit of its expert already set: a token names
+// an expert twice, so pass 2 looks for earlier slots naming the same expert (else it need not).
+__device__ __forceinline__ uint32_t& ll_rank_repeats() {
+  __shared__ uint32_t repeats;
+  return repeats;
+}
+
+// ll_rank_slots's sizes, from the kernel's parameters alone: n bitmask words an expert (a window
+// of 32n tokens). 32-bit indices: T * K <= 2^20 * 64 slots (op.cc's limits), and a 64-bit
+// division by K costs about 60 instructions a slot.
+struct LlRankShape {
+  uint32_t experts, k_slots, tokens, n;
+};
+__device__ __forceinline__ LlRankShape ll_rank_shape(const LowLatencyParams& p) {
+  LlRankShape s;
+  s.experts = static_cast<uint32_t>(p.info.num_experts);
+  s.k_slots = static_cast<uint32_t>(p.info.topk);
+  s.tokens = static_cast<uint32_t>(p.num_tokens);
+  const uint32_t most = (kLlRankWords - s.experts) / s.experts;
+  const uint32_t need = (s.tokens + 31) / 32;
+  s.n = need < most ? (need < 1 ? 1 : need) : most;
+  return s;
+}
+
+// Before the step kernel waits for the kernel before it: the counts and the first window's
+// bitmasks zeroed (shared memory and the kernel's parameters only).
+__device__ inline void ll_rank_slots_zero(const LowLatencyParams& p) {
+  const LlRankShape s = ll_rank_shape(p);
+  uint32_t* words = ll_rank_words();
+  for (uint32_t i = threadIdx.x; i < s.experts * (1 + s.n); i += blockDim.x) words[i] = 0;
+  if (threadIdx.x == 0) ll_rank_repeats() = 0;
+}
 
 // Ids i0 + u * stride of topk_idx for u < kBatch, -1 from `end` on: their loads in flight together.
 template <int kBatch>
@@ -87,92 +123,122 @@ __device__ __forceinline__ void load_id_batch(const int32_t* topk_idx, uint32_t 
   }
 }
 
-// The slot ranks of a one-node dispatch, in its step kernel (every thread of the block): for
-// slot k of token t naming expert e, the number of earlier tokens of this call naming e, with
-// bit 31 set when an earlier slot of t names e too (-1 for a masked slot); and the call's count
-// of tokens per expert. ll_send stores them with the rows (the receiver places token t's row of
-// e at the earlier sources' counts of e plus this rank: canonical order without a scan there).
+// The slot ranks of a one-node dispatch, in its step kernel (every thread of the block, after
+// ll_rank_slots_zero): for slot k of token t naming expert e, the number of earlier tokens of
+// this call naming e, with bit 31 set when an earlier slot of t names e too (-1 for a masked
+// slot); and the call's count of tokens per expert. ll_send stores them with the rows (the
+// receiver places token t's row of e at the earlier sources' counts of e plus this rank:
+// canonical order without a scan there).
 // Tokens go in windows of 32n: each valid slot sets its token's bit in e's n-word bitmask, then
 // its rank is e's count of the earlier windows plus the bits below its token; e's count grows
 // by its window's bits. A token naming e twice sets one bit, so it counts once.
 // With p.step_scans (outside validation mode, where validate_kernel scans instead) an id out of
 // range is reported as validate_scan reports it (report_bad_expert): this rank then rejects the
-// call in its step word. A pass loads a thread's ids before it uses any (one round trip a pass).
+// call in its step word.
+// Round trips: a warp's slots are consecutive (lane l, slot b0 + l + u * stride), its loop
+// uniform; the first batch's ids are loaded once for both passes (a window of at most
+// kBatch * blockDim.x slots, 512 tokens of top-8, is one batch). Repeats: pass 1's atomicOr
+// finds a token naming an expert twice (its bit already set; exact, whatever the order), and
+// only then does pass 2 read a slot's earlier slots. (v31 run E found __match_any_sync here 4x
+// slower than the whole pass: 5 us at 128 tokens, its latency growing with the distinct keys.)
 __device__ inline void ll_rank_slots(const LowLatencyParams& p) {
-  __shared__ uint32_t words[kLlRankWords];
   const RankInfo& info = p.info;
-  const int experts = info.num_experts;
-  // 32-bit indices: T * K <= 2^20 * 64 slots (op.cc's limits), and a 64-bit division by K costs
-  // about 60 instructions a slot.
-  const uint32_t k_slots = static_cast<uint32_t>(info.topk);
-  const uint32_t tokens = static_cast<uint32_t>(p.num_tokens);
+  const LlRankShape s = ll_rank_shape(p);
+  const uint32_t k_slots = s.k_slots, n = s.n;
   if (p.step_scans && threadIdx.x == 0) *p.scan_started_ns = global_timer_ns();
-  uint32_t* counts = words;          // [E]
-  uint32_t* bits = words + experts;  // [E][n]
-  const uint32_t most = static_cast<uint32_t>((kLlRankWords - experts) / experts);
-  const uint32_t need = (tokens + 31) / 32;
-  const uint32_t n = need < most ? (need < 1 ? 1 : need) : most;
-  for (int e = threadIdx.x; e < experts; e += blockDim.x) counts[e] = 0;
+  uint32_t* counts = ll_rank_words();   // [E]
+  uint32_t* bits = counts + s.experts;  // [E][n]
   constexpr int kBatch = 4;
   const uint32_t stride = blockDim.x;
-  for (uint32_t w0 = 0; w0 < tokens; w0 += 32 * n) {  // uniform over the block
-    const uint32_t w1 = tokens - w0 < 32 * n ? tokens : w0 + 32 * n;
+  const uint32_t lane = threadIdx.x % 32;
+  uint32_t& repeats = ll_rank_repeats();
+  for (uint32_t w0 = 0; w0 < s.tokens; w0 += 32 * n) {  // uniform over the block
+    const uint32_t w1 = s.tokens - w0 < 32 * n ? s.tokens : w0 + 32 * n;
     const uint32_t end = w1 * k_slots;
-    for (uint32_t i = threadIdx.x; i < experts * n; i += stride) bits[i] = 0;
+    if (w0 != 0) {  // (the first window's were zeroed before the wait)
+      for (uint32_t i = threadIdx.x; i < s.experts * n; i += stride) bits[i] = 0;
+    }
     __syncthreads();
+    const uint32_t first = w0 * k_slots + (threadIdx.x - lane);  // the warp's first batch
+    int32_t kept[kBatch];
+    load_id_batch(p.topk_idx, first + lane, stride, end, kept);
     // Pass 1: the bits (and the range check).
-    for (uint32_t i0 = w0 * k_slots + threadIdx.x; i0 < end; i0 += kBatch * stride) {
+    for (uint32_t b0 = first; b0 < end; b0 += kBatch * stride) {  // uniform over the warp
       int32_t ids[kBatch];
-      load_id_batch(p.topk_idx, i0, stride, end, ids);
+      if (b0 == first) {
+#pragma unroll
+        for (int u = 0; u < kBatch; ++u) ids[u] = kept[u];
+      } else {
+        load_id_batch(p.topk_idx, b0 + lane, stride, end, ids);
+      }
 #pragma unroll
       for (int u = 0; u < kBatch; ++u) {
-        const uint32_t i = i0 + u * stride;
+        const uint32_t i = b0 + lane + u * stride;
         const int32_t e = ids[u];
         if (i >= end || e == -1) continue;
         const uint32_t t = i / k_slots;
-        if (e < -1 || e >= experts) {
+        if (e < -1 || e >= static_cast<int32_t>(s.experts)) {
           if (p.step_scans) report_bad_expert(p.err, info, e, t, i - t * k_slots);
           continue;
         }
         const uint32_t b = t - w0;
-        atomicOr(&bits[e * n + b / 32], 1u << (b % 32));
+        const uint32_t bit = 1u << (b % 32);
+        if (atomicOr(&bits[e * n + b / 32], bit) & bit) repeats = 1;
       }
     }
     __syncthreads();
-    // Pass 2: each slot's rank (the ids again, from L1).
-    for (uint32_t i0 = w0 * k_slots + threadIdx.x; i0 < end; i0 += kBatch * stride) {
+    const bool any_repeat = repeats != 0;  // uniform over the block
+    // Pass 2: each slot's rank.
+    for (uint32_t b0 = first; b0 < end; b0 += kBatch * stride) {  // uniform over the warp
       int32_t ids[kBatch];
-      load_id_batch(p.topk_idx, i0, stride, end, ids);
+      if (b0 == first) {
+#pragma unroll
+        for (int u = 0; u < kBatch; ++u) ids[u] = kept[u];
+      } else {
+        load_id_batch(p.topk_idx, b0 + lane, stride, end, ids);
+      }
 #pragma unroll
       for (int u = 0; u < kBatch; ++u) {
-        const uint32_t i = i0 + u * stride;
-        if (i >= end) continue;
+        const uint32_t i = b0 + lane + u * stride;
         const int32_t e = ids[u];
-        if (e < 0 || e >= experts) {
+        if (i >= end) continue;
+        if (e < 0 || e >= static_cast<int32_t>(s.experts)) {
           p.slot_ranks[i] = -1;
           continue;
         }
         const uint32_t t = i / k_slots;
+        bool repeat = false;
+        if (any_repeat) {
+          // An earlier slot of t naming e: its loads independent of each other (no short cut).
+          for (uint32_t j = t * k_slots; j < i; ++j) repeat |= p.topk_idx[j] == e;
+        }
         const uint32_t b = t - w0;
         uint32_t rank = counts[e];
         for (uint32_t w = 0; w < b / 32; ++w) rank += __popc(bits[e * n + w]);
         rank += __popc(bits[e * n + b / 32] & ((1u << (b % 32)) - 1u));
-        // An earlier slot of t naming e: its loads independent of each other (no short cut).
-        bool repeat = false;
-        for (uint32_t j = t * k_slots; j < i; ++j) repeat |= p.topk_idx[j] == e;
         p.slot_ranks[i] = static_cast<int32_t>(repeat ? rank | 0x80000000u : rank);
       }
     }
-    __syncthreads();
-    for (int e = threadIdx.x; e < experts; e += blockDim.x) {
-      uint32_t c = 0;
-      for (uint32_t w = 0; w < n; ++w) c += __popc(bits[e * n + w]);
-      counts[e] += c;
+    // Each expert's count grows by the window's bits; after the last window the totals go
+    // straight out (pass 2 only read the counts and the bits: no barrier before them).
+    if (w1 == s.tokens) {
+      for (uint32_t e = threadIdx.x; e < s.experts; e += stride) {
+        uint32_t c = counts[e];
+        for (uint32_t w = 0; w < n; ++w) c += __popc(bits[e * n + w]);
+        p.send_counts[e] = static_cast<int32_t>(c);
+      }
+    } else {
+      __syncthreads();
+      for (uint32_t e = threadIdx.x; e < s.experts; e += stride) {
+        uint32_t c = 0;
+        for (uint32_t w = 0; w < n; ++w) c += __popc(bits[e * n + w]);
+        counts[e] += c;
+      }
+      __syncthreads();
     }
-    __syncthreads();
   }
-  for (int e = threadIdx.x; e < experts; e += blockDim.x) {
-    p.send_counts[e] = static_cast<int32_t>(counts[e]);
+  if (s.tokens == 0) {
+    for (uint32_t e = threadIdx.x; e < s.experts; e += stride) p.send_counts[e] = 0;
   }
   __syncthreads();  // a report (the flag, then the record) precedes init_step_votes
 }
@@ -186,6 +252,7 @@ __device__ inline void ll_rank_slots(const LowLatencyParams& p) {
 // 32 KiB of shared memory.
 template <bool kRanks>
 __global__ void __launch_bounds__(Policy::kNotifyThreads, 1) ll_step_kernel(LowLatencyParams p) {
+  if constexpr (kRanks) ll_rank_slots_zero(p);
   ll_follow_previous_kernel();
   if constexpr (kRanks) ll_rank_slots(p);
   const RankInfo& info = p.info;
@@ -349,6 +416,69 @@ __device__ __forceinline__ void ll_send_slot_ranks(const LowLatencyParams& p, in
   }
 }
 
+// A metadata item's inputs, all the caller's: lane l holds slots l and 32 + l of token t (ids as
+// given, -1 past top-k) and their weights.
+struct LlMetaLanes {
+  int32_t e[2];
+  float w[2];
+};
+__device__ __forceinline__ LlMetaLanes ll_load_meta_lanes(const LowLatencyParams& p, int64_t t,
+                                                          int lane) {
+  LlMetaLanes m;
+  const int k_slots = p.info.topk;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int k = h * 32 + lane;
+    m.e[h] = k < k_slots ? p.topk_idx[t * k_slots + k] : -1;
+    m.w[h] = k < k_slots ? p.topk_weights[t * k_slots + k] : 0.0f;
+  }
+  return m;
+}
+
+// One node: token t's metadata item from its lanes (m): its destinations' flags, and for each
+// destination its meta row: the slots' local ids (-1 for another rank's or a masked slot), the
+// weights, and the slot ranks of ll_rank_slots (read here, the item's one load after the wait).
+// Every lane of the warp calls it.
+__device__ __forceinline__ void ll_send_meta_one_node(const LowLatencyParams& p, int64_t t,
+                                                      const LlMetaLanes& m, uint64_t step,
+                                                      int lane) {
+  const RankInfo& info = p.info;
+  const int k_slots = info.topk;
+  uint64_t lane_mask = 0;
+  int32_t rank[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int32_t e = m.e[h];
+    const bool valid = e >= 0 && e < info.num_experts;
+    if (valid) lane_mask |= 1ull << (e / info.experts_per_rank);
+    rank[h] = valid ? p.slot_ranks[t * k_slots + h * 32 + lane] : -1;
+  }
+  const uint32_t lo = __reduce_or_sync(0xffffffffu, static_cast<uint32_t>(lane_mask));
+  const uint32_t hi = __reduce_or_sync(0xffffffffu, static_cast<uint32_t>(lane_mask >> 32));
+  const uint64_t mask = static_cast<uint64_t>(hi) << 32 | lo;
+  if (lane == 0) p.token_mask[t] = mask;
+  for (int d = lane; d < info.world_size; d += 32) {
+    // Plain stores: the done word released after them orders them.
+    *reinterpret_cast<uint64_t*>(p.peers.base[d] + p.layout.ll_flag_offset(info.rank, t)) =
+        step << 1 | ((mask >> d) & 1);
+  }
+  for (uint64_t dests = mask; dests != 0;) {
+    const int d = next_dest(dests);
+    auto* meta =
+        reinterpret_cast<int32_t*>(p.peers.base[d] + p.layout.ll_meta_offset(info.rank, t));
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int k = h * 32 + lane;
+      if (k >= k_slots) continue;
+      const int32_t e = m.e[h];
+      const bool mine = e >= 0 && e < info.num_experts && e / info.experts_per_rank == d;
+      meta[k] = mine ? e - d * info.experts_per_rank : -1;
+      reinterpret_cast<float*>(meta)[k_slots + k] = m.w[h];
+      if (mine) meta[2 * k_slots + k] = rank[h];
+    }
+  }
+}
+
 template <typename F, bool kPrequantized, bool kNodes>
 __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm)
     ll_send_kernel(LowLatencyParams p) {
@@ -369,6 +499,11 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
   uint64_t first_mask = 0;
   int64_t first_t = 0, first_begin = 0;
   bool have_first = false;
+  // One node: a warp whose first item is a metadata item loads its ids and weights here too.
+  LlMetaLanes first_meta{};
+  if constexpr (!kNodes) {
+    if (c.warp < tokens) first_meta = ll_load_meta_lanes(p, c.warp, c.lane);
+  }
   if constexpr (!kPrequantized && !kNodes) {  // (across nodes its registers would spill)
     if (c.warp >= tokens && c.warp < tokens + tokens * slices) {
       first_t = (c.warp - tokens) / slices;
@@ -437,6 +572,11 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
   for (int64_t item = first_item; item < tokens + tokens * slices; item += c.num_warps) {
     if (item < tokens) {
       const int64_t t = item;
+      if constexpr (!kNodes) {
+        ll_send_meta_one_node(p, t, item == c.warp ? first_meta : ll_load_meta_lanes(p, t, c.lane),
+                              step, c.lane);
+        continue;
+      }
       const int32_t* slots = p.topk_idx + t * info.topk;
       const uint64_t mask = token_destinations(slots, info, c.lane);
       if (c.lane == 0) p.token_mask[t] = mask;
@@ -471,13 +611,9 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
           const bool mine = e >= 0 && e < info.num_experts && e / info.experts_per_rank == d;
           reinterpret_cast<int32_t*>(meta)[k] = mine ? e - d * info.experts_per_rank : -1;
           reinterpret_cast<float*>(meta)[info.topk + k] = p.topk_weights[t * info.topk + k];
-          // One node: the slot ranks from the step kernel (ll_rank_slots).
-          if (!kNodes && mine) {
-            reinterpret_cast<int32_t*>(meta)[2 * info.topk + k] = p.slot_ranks[t * info.topk + k];
-          }
         }
       }
-      if constexpr (kNodes) ll_send_slot_ranks<kNodes>(p, t, slots, c.lane);
+      ll_send_slot_ranks<kNodes>(p, t, slots, c.lane);
       continue;
     }
     const int64_t t = (item - tokens) / slices;
