@@ -40,8 +40,8 @@
 #pragma once
 
 #include "backends/cuda/data_common.cuh"
+#include "backends/cuda/low_latency_ranks.cuh"
 #include "backends/cuda/step_exchange.cuh"
-#include "backends/cuda/validate.cuh"
 
 namespace moe_ep::cuda_backend {
 
@@ -71,190 +71,21 @@ __device__ inline void ll_record_call(LowLatencyState* state, bool dispatch, uin
   }
 }
 
-// Shared words of ll_rank_slots: a count per expert and each expert's bitmask of a window of
-// tokens (32 KiB: at E = 256 a window is 992 tokens, at the most experts, 4096, 32 tokens).
-inline constexpr int kLlRankWords = 8192;
-static_assert(kLlRankWords >= 2 * 4096, "a count and one bitmask word per expert at E = 4096");
-__device__ __forceinline__ uint32_t* ll_rank_words() {
-  __shared__ uint32_t words[kLlRankWords];
-  return words;
-}
-// Nonzero once a slot of the call found its token's bit of its expert already set: a token names
-// an expert twice, so pass 2 looks for earlier slots naming the same expert (else it need not).
-__device__ __forceinline__ uint32_t& ll_rank_repeats() {
-  __shared__ uint32_t repeats;
-  return repeats;
-}
-
-// ll_rank_slots's sizes, from the kernel's parameters alone: n bitmask words an expert (a window
-// of 32n tokens). 32-bit indices: T * K <= 2^20 * 64 slots (op.cc's limits), and a 64-bit
-// division by K costs about 60 instructions a slot.
-struct LlRankShape {
-  uint32_t experts, k_slots, tokens, n;
-};
-__device__ __forceinline__ LlRankShape ll_rank_shape(const LowLatencyParams& p) {
-  LlRankShape s;
-  s.experts = static_cast<uint32_t>(p.info.num_experts);
-  s.k_slots = static_cast<uint32_t>(p.info.topk);
-  s.tokens = static_cast<uint32_t>(p.num_tokens);
-  const uint32_t most = (kLlRankWords - s.experts) / s.experts;
-  const uint32_t need = (s.tokens + 31) / 32;
-  s.n = need < most ? (need < 1 ? 1 : need) : most;
-  return s;
-}
-
-// Before the step kernel waits for the kernel before it: the counts and the first window's
-// bitmasks zeroed (shared memory and the kernel's parameters only).
-__device__ inline void ll_rank_slots_zero(const LowLatencyParams& p) {
-  const LlRankShape s = ll_rank_shape(p);
-  uint32_t* words = ll_rank_words();
-  for (uint32_t i = threadIdx.x; i < s.experts * (1 + s.n); i += blockDim.x) words[i] = 0;
-  if (threadIdx.x == 0) ll_rank_repeats() = 0;
-}
-
-// Ids i0 + u * stride of topk_idx for u < kBatch, -1 from `end` on: their loads in flight together.
-template <int kBatch>
-__device__ __forceinline__ void load_id_batch(const int32_t* topk_idx, uint32_t i0, uint32_t stride,
-                                              uint32_t end, int32_t (&ids)[kBatch]) {
-#pragma unroll
-  for (int u = 0; u < kBatch; ++u) {
-    const uint32_t i = i0 + u * stride;
-    ids[u] = i < end ? topk_idx[i] : -1;
-  }
-}
-
-// The slot ranks of a one-node dispatch, in its step kernel (every thread of the block, after
-// ll_rank_slots_zero): for slot k of token t naming expert e, the number of earlier tokens of
-// this call naming e, with bit 31 set when an earlier slot of t names e too (-1 for a masked
-// slot); and the call's count of tokens per expert. ll_send stores them with the rows (the
-// receiver places token t's row of e at the earlier sources' counts of e plus this rank:
-// canonical order without a scan there).
-// Tokens go in windows of 32n: each valid slot sets its token's bit in e's n-word bitmask, then
-// its rank is e's count of the earlier windows plus the bits below its token; e's count grows
-// by its window's bits. A token naming e twice sets one bit, so it counts once.
-// With p.step_scans (outside validation mode, where validate_kernel scans instead) an id out of
-// range is reported as validate_scan reports it (report_bad_expert): this rank then rejects the
-// call in its step word.
-// Round trips: a warp's slots are consecutive (lane l, slot b0 + l + u * stride), its loop
-// uniform; the first batch's ids are loaded once for both passes (a window of at most
-// kBatch * blockDim.x slots, 512 tokens of top-8, is one batch). Repeats: pass 1's atomicOr
-// finds a token naming an expert twice (its bit already set; exact, whatever the order), and
-// only then does pass 2 read a slot's earlier slots. (v31 run E found __match_any_sync here 4x
-// slower than the whole pass: 5 us at 128 tokens, its latency growing with the distinct keys.)
-__device__ inline void ll_rank_slots(const LowLatencyParams& p) {
-  const RankInfo& info = p.info;
-  const LlRankShape s = ll_rank_shape(p);
-  const uint32_t k_slots = s.k_slots, n = s.n;
-  if (p.step_scans && threadIdx.x == 0) *p.scan_started_ns = global_timer_ns();
-  uint32_t* counts = ll_rank_words();   // [E]
-  uint32_t* bits = counts + s.experts;  // [E][n]
-  constexpr int kBatch = 4;
-  const uint32_t stride = blockDim.x;
-  const uint32_t lane = threadIdx.x % 32;
-  uint32_t& repeats = ll_rank_repeats();
-  for (uint32_t w0 = 0; w0 < s.tokens; w0 += 32 * n) {  // uniform over the block
-    const uint32_t w1 = s.tokens - w0 < 32 * n ? s.tokens : w0 + 32 * n;
-    const uint32_t end = w1 * k_slots;
-    if (w0 != 0) {  // (the first window's were zeroed before the wait)
-      for (uint32_t i = threadIdx.x; i < s.experts * n; i += stride) bits[i] = 0;
-    }
-    __syncthreads();
-    const uint32_t first = w0 * k_slots + (threadIdx.x - lane);  // the warp's first batch
-    int32_t kept[kBatch];
-    load_id_batch(p.topk_idx, first + lane, stride, end, kept);
-    // Pass 1: the bits (and the range check).
-    for (uint32_t b0 = first; b0 < end; b0 += kBatch * stride) {  // uniform over the warp
-      int32_t ids[kBatch];
-      if (b0 == first) {
-#pragma unroll
-        for (int u = 0; u < kBatch; ++u) ids[u] = kept[u];
-      } else {
-        load_id_batch(p.topk_idx, b0 + lane, stride, end, ids);
-      }
-#pragma unroll
-      for (int u = 0; u < kBatch; ++u) {
-        const uint32_t i = b0 + lane + u * stride;
-        const int32_t e = ids[u];
-        if (i >= end || e == -1) continue;
-        const uint32_t t = i / k_slots;
-        if (e < -1 || e >= static_cast<int32_t>(s.experts)) {
-          if (p.step_scans) report_bad_expert(p.err, info, e, t, i - t * k_slots);
-          continue;
-        }
-        const uint32_t b = t - w0;
-        const uint32_t bit = 1u << (b % 32);
-        if (atomicOr(&bits[e * n + b / 32], bit) & bit) repeats = 1;
-      }
-    }
-    __syncthreads();
-    const bool any_repeat = repeats != 0;  // uniform over the block
-    // Pass 2: each slot's rank.
-    for (uint32_t b0 = first; b0 < end; b0 += kBatch * stride) {  // uniform over the warp
-      int32_t ids[kBatch];
-      if (b0 == first) {
-#pragma unroll
-        for (int u = 0; u < kBatch; ++u) ids[u] = kept[u];
-      } else {
-        load_id_batch(p.topk_idx, b0 + lane, stride, end, ids);
-      }
-#pragma unroll
-      for (int u = 0; u < kBatch; ++u) {
-        const uint32_t i = b0 + lane + u * stride;
-        const int32_t e = ids[u];
-        if (i >= end) continue;
-        if (e < 0 || e >= static_cast<int32_t>(s.experts)) {
-          p.slot_ranks[i] = -1;
-          continue;
-        }
-        const uint32_t t = i / k_slots;
-        bool repeat = false;
-        if (any_repeat) {
-          // An earlier slot of t naming e: its loads independent of each other (no short cut).
-          for (uint32_t j = t * k_slots; j < i; ++j) repeat |= p.topk_idx[j] == e;
-        }
-        const uint32_t b = t - w0;
-        uint32_t rank = counts[e];
-        for (uint32_t w = 0; w < b / 32; ++w) rank += __popc(bits[e * n + w]);
-        rank += __popc(bits[e * n + b / 32] & ((1u << (b % 32)) - 1u));
-        p.slot_ranks[i] = static_cast<int32_t>(repeat ? rank | 0x80000000u : rank);
-      }
-    }
-    // Each expert's count grows by the window's bits; after the last window the totals go
-    // straight out (pass 2 only read the counts and the bits: no barrier before them).
-    if (w1 == s.tokens) {
-      for (uint32_t e = threadIdx.x; e < s.experts; e += stride) {
-        uint32_t c = counts[e];
-        for (uint32_t w = 0; w < n; ++w) c += __popc(bits[e * n + w]);
-        p.send_counts[e] = static_cast<int32_t>(c);
-      }
-    } else {
-      __syncthreads();
-      for (uint32_t e = threadIdx.x; e < s.experts; e += stride) {
-        uint32_t c = 0;
-        for (uint32_t w = 0; w < n; ++w) c += __popc(bits[e * n + w]);
-        counts[e] += c;
-      }
-      __syncthreads();
-    }
-  }
-  if (s.tokens == 0) {
-    for (uint32_t e = threadIdx.x; e < s.experts; e += stride) p.send_counts[e] = 0;
-  }
-  __syncthreads();  // a report (the flag, then the record) precedes init_step_votes
-}
-
 // The decode step word's kind and verdict; the call number comes from LowLatencyState. A one-node
 // dispatch's step kernel first ranks its slots (ll_rank_slots, p.step_ranks), which scans the
 // expert ids outside validation mode (p.step_scans): a bad id sets the error flag, which makes
 // this rank reject the call in its word, as validate_kernel's scan would have before it, one
 // kernel boundary later.
-// kRanks: a one-node dispatch's (p.step_ranks), the only instantiation with ll_rank_slots's
-// 32 KiB of shared memory.
+// kRanks: a one-node dispatch's (p.step_ranks), the only instantiation with the ranks' 32 KiB of
+// shared memory. Its last window's ranks and the totals run during the exchange, on the warps
+// that have no peer (low_latency_ranks.cuh).
 template <bool kRanks>
 __global__ void __launch_bounds__(Policy::kNotifyThreads, 1) ll_step_kernel(LowLatencyParams p) {
+  static_assert(Policy::kNotifyThreads - Policy::kMaxPeers >= 512, "warps left for the ranks");
   if constexpr (kRanks) ll_rank_slots_zero(p);
   ll_follow_previous_kernel();
-  if constexpr (kRanks) ll_rank_slots(p);
+  uint32_t last_window = 0;
+  if constexpr (kRanks) last_window = ll_rank_slots(p);
   const RankInfo& info = p.info;
   LowLatencyState* state = p.state;
   __shared__ uint64_t step, call;
@@ -270,6 +101,10 @@ __global__ void __launch_bounds__(Policy::kNotifyThreads, 1) ll_step_kernel(LowL
   const uint64_t my_info = StepInfo::pack(p.kind, rejected, call);
   const uint64_t peer_info = exchange_step_words(info, p.peers, p.layout, StepWords::kDecode, step,
                                                  my_info, p.my_reason, p.timeout_ns, p.err, votes);
+  if constexpr (kRanks) {
+    // The threads from the first warp without a peer on (exchange_step_words: thread q, peer q).
+    ll_rank_slots_last(p, last_window, static_cast<uint32_t>(info.world_size + 31) / 32 * 32);
+  }
   __syncthreads();
   if (threadIdx.x == 0) {
     // The step happened on every rank whatever its outcome; the call counts only if it ran.
