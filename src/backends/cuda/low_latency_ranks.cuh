@@ -10,8 +10,10 @@
 // so it counts once.
 // The last window's pass 2 and the totals (ll_rank_slots_last) run beside the step's word
 // exchange, on the threads that exchange nothing: they need only pass 1's bits, and the step
-// word only pass 1's verdict on the ids (v32: the exchange took 1.9 us after 1.2 us of pass 2
-// and totals at 128 tokens in v31 run F).
+// word only pass 1's verdict on the ids. Measured (docs/perf-notes.md, v32 runs G and H): they
+// end about 0.3 us after the exchange whatever their size, as if its system-scope release and
+// polls held the block's other memory operations; the dispatch gained 0.5-0.7 us at one token
+// and nothing measurable at 32 to 256.
 #pragma once
 
 #include "backends/cuda/common.cuh"
