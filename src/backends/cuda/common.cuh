@@ -83,6 +83,13 @@ __device__ __forceinline__ void copy_words(void* dst, const void* src, int n) {
   for (int i = 0; i < n / 8; ++i) d[i] = s[i];
 }
 
+// The OR of a 64-bit word over the whole warp (every lane calls it).
+__device__ __forceinline__ uint64_t warp_or64(uint64_t v) {
+  const uint32_t lo = __reduce_or_sync(0xffffffffu, static_cast<uint32_t>(v));
+  const uint32_t hi = __reduce_or_sync(0xffffffffu, static_cast<uint32_t>(v >> 32));
+  return static_cast<uint64_t>(hi) << 32 | lo;
+}
+
 // One read of the device error flag per block, shared with every thread (a barrier).
 __device__ __forceinline__ bool block_sees_error(const ErrorSink& sink) {
   __shared__ int32_t seen;

@@ -144,9 +144,7 @@ __device__ __forceinline__ uint64_t token_destinations(const int32_t* slots, con
     const int32_t e = slots[k];
     if (e >= 0 && e < info.num_experts) mask |= 1ull << (e / info.experts_per_rank);
   }
-  const uint32_t lo = __reduce_or_sync(0xffffffffu, static_cast<uint32_t>(mask));
-  const uint32_t hi = __reduce_or_sync(0xffffffffu, static_cast<uint32_t>(mask >> 32));
-  return static_cast<uint64_t>(hi) << 32 | lo;
+  return warp_or64(mask);
 }
 
 // Several nodes (low_latency_nodes.cuh): this rank's message of the leg in flight for node `n`
@@ -288,9 +286,7 @@ __device__ __forceinline__ void ll_send_meta_one_node(const LowLatencyParams& p,
     if (valid) lane_mask |= 1ull << (e / info.experts_per_rank);
     rank[h] = valid ? p.slot_ranks[t * k_slots + h * 32 + lane] : -1;
   }
-  const uint32_t lo = __reduce_or_sync(0xffffffffu, static_cast<uint32_t>(lane_mask));
-  const uint32_t hi = __reduce_or_sync(0xffffffffu, static_cast<uint32_t>(lane_mask >> 32));
-  const uint64_t mask = static_cast<uint64_t>(hi) << 32 | lo;
+  const uint64_t mask = warp_or64(lane_mask);
   if (lane == 0) p.token_mask[t] = mask;
   for (int d = lane; d < info.world_size; d += 32) {
     // Plain stores: the done word released after them orders them.

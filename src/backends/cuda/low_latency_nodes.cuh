@@ -161,9 +161,7 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
         here |= 1ull << (e / epr - first);
       }
     }
-    const uint32_t lo = __reduce_or_sync(0xffffffffu, static_cast<uint32_t>(here));
-    const uint32_t hi = __reduce_or_sync(0xffffffffu, static_cast<uint32_t>(here >> 32));
-    here = static_cast<uint64_t>(hi) << 32 | lo;
+    here = warp_or64(here);
     // Plain stores, as the one-node send's: the done words released after them order them.
     for (int b = c.lane; b < node_size; b += 32) {
       *reinterpret_cast<uint64_t*>(p.peers.base[first + b] + p.layout.ll_flag_offset(s, t)) =
@@ -323,9 +321,7 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
           p.peers.base[first + q] + p.layout.ll_flag_offset(s, t)));
       if (flag == came) ranks |= 1ull << (first + q);
     }
-    const uint32_t lo = __reduce_or_sync(0xffffffffu, static_cast<uint32_t>(ranks));
-    const uint32_t hi = __reduce_or_sync(0xffffffffu, static_cast<uint32_t>(ranks >> 32));
-    ranks = static_cast<uint64_t>(hi) << 32 | lo;
+    ranks = warp_or64(ranks);
     if (ranks == 0) continue;  // warp-uniform: the token is not for this node (or t >= T_s)
     const int slot_base = n * node_size - first;  // rank r's part is at slot r + slot_base
     const auto flag_offset = [&](int r) {
