@@ -1,0 +1,38 @@
+#!/bin/bash
+# v33 run C (one H200): the expand's own items (own_direct) before any wait but for the earlier
+# sources' done words (none at world size 1), against the same tree with own_direct off (run A's
+# protocol plus the one-warp done words) and main before both (3170f2b, the session's first
+# commit: `git archive HEAD` on the device).
+#   bash docs/results/v33-one-h200/runC.sh      (logs to $OUT)
+# Trees: M = 3170f2b; L = ./ with `q.own_direct = false` (every row through a stage); N = ./
+# (built with the tests). Bench M L N M L N, then the decode, scan, agreement, validation and
+# timeout tests on N.
+set -u
+T0=$(date +%s)
+t() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
+export NCCL_NVLS_ENABLE=0 CUDA_MODULE_LOADING=EAGER
+CFG="-G Ninja -DCMAKE_BUILD_TYPE=Release -DMOE_EP_ENABLE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DPython3_EXECUTABLE=$(command -v python3)"
+SRC="CMakeLists.txt CMakePresets.json cmake include src tools python pyproject.toml"
+rm -rf tmp-gpu && mkdir -p tmp-gpu/M tmp-gpu/L && git archive HEAD | tar -x -C tmp-gpu/M && tar -c $SRC | tar -x -C tmp-gpu/L
+sed -i 's/q.own_direct = !p.nodes.several();/q.own_direct = false;/' tmp-gpu/L/src/backends/cuda/low_latency.cu
+grep -c 'q.own_direct = false;' tmp-gpu/L/src/backends/cuda/low_latency.cu
+for d in M L; do
+  (cd tmp-gpu/$d && cmake -S . -B build/gpu $CFG -DMOE_EP_BUILD_TESTS=OFF > /dev/null 2>&1 &&
+    cmake --build build/gpu -j3 --target moe-ep > build-o.log 2>&1 || { echo "build of $d failed"; tail -30 build-o.log; }) &
+done
+(cmake -S . -B build/gpu $CFG -DMOE_EP_BUILD_TESTS=ON > /dev/null 2>&1 &&
+  cmake --build build/gpu -j10 > $OUT/build-N.log 2>&1 || { echo "build of N failed"; grep -B2 -A10 error $OUT/build-N.log | head -60; }) &
+wait
+t built
+for round in 1 2; do
+  for v in tmp-gpu/M tmp-gpu/L .; do
+    echo "== $v"; timeout 60 $v/build/gpu/tools/moe-ep bench --backend cuda --ranks 1 --mode decode --tokens 1,32,128,256 --dispatch-dtype bf16,fp8 --combine-dtype bf16 --iters 200 --warmup 20
+  done
+done > $OUT/bench-decode.log 2>&1
+grep -E "^==|^ +[0-9]+ +|wrong|rror" $OUT/bench-decode.log
+t bench
+MOE_EP_TIMEOUT_S=10 timeout $(( 575 - $(date +%s) + T0 )) ctest --test-dir build/gpu -L gpu --output-on-failure --timeout 60 \
+  -R 'LowLatency|Scan|Validat|Agreement|Timeout|AllPairs|WorldSizeOne|SingleGpuWorld' > $OUT/ctest.log 2>&1
+echo "ctest rc $?"
+grep -E "tests passed|Failed|\*\*\*|Timeout|Test +#.*(Shapes|Scan|Prequant|W1)" $OUT/ctest.log | head -40
+t end
