@@ -51,7 +51,6 @@ std::vector<Span> spans_of(const BufferLayout& l, bool low_latency) {
     spans.push_back({"ll stage", l.ll_stage_offset(0, 0), l.ll_stage_offset(w, 0)});
     spans.push_back({"ll meta", l.ll_meta_offset(0, 0), l.ll_meta_offset(w, 0)});
     spans.push_back({"ll ready", l.ll_ready_offset(0, 0, 0), l.ll_ready_offset(w, 0, 0)});
-    spans.push_back({"ll landed", l.ll_landed_offset(0, 0, 0), l.ll_landed_offset(w, 0, 0)});
   }
   return spans;
 }

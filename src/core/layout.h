@@ -26,8 +26,6 @@
 //              when an earlier slot of the token names the same expert)
 //   ll ready   [W src][Tmax][slices] uint64         combine: src's partial for token t, slice j
 //              has landed (decode tag | step); a slice is ll_slice_elems elements of the row
-//   ll landed  [W src][Tmax][slices] uint64         dispatch, one node: slice j of src's token t
-//              has landed in its stage row (step); the expand copies a token once all have
 #pragma once
 
 #include <cstdint>
@@ -63,7 +61,6 @@ struct BufferLayout {
     kLlStage,
     kLlMeta,
     kLlReady,
-    kLlLanded,
     kEnd,
     kNumRegions
   };
@@ -78,7 +75,7 @@ struct BufferLayout {
   int64_t combine_row_bytes = 0;       // payload + scales, per row, a multiple of 16
   int64_t stage_row_bytes = 0;         // decode mode: dispatch payload + scales, multiple of 16
   int64_t meta_bytes = 0;              // decode mode: K ids, weights, ranks; multiple of 16
-  int32_t ll_slices = 1;               // decode mode: slices per row (both legs)
+  int32_t ll_slices = 1;               // decode mode: combine slices per row
   int64_t offset[kNumRegions] = {};    // start of each region
 
   // Sizes every region for these dimensions; the only place offsets are computed.
@@ -121,7 +118,6 @@ struct BufferLayout {
                                         ll * rows * l.stage_row_bytes,  // ll stage
                                         ll * rows * l.meta_bytes,       // ll meta
                                         ll * 8 * rows * ll_slices,      // ll ready
-                                        ll * 8 * rows * ll_slices,      // ll landed
                                         0};                             // end
     int64_t at = 0;
     for (int r = 0; r < kNumRegions; ++r) {
@@ -203,10 +199,6 @@ struct BufferLayout {
   }
   MOE_EP_HD int64_t ll_ready_offset(int src, int64_t token, int64_t slice) const {
     return offset[kLlReady] +
-           8 * ((static_cast<int64_t>(src) * max_tokens + token) * ll_slices + slice);
-  }
-  MOE_EP_HD int64_t ll_landed_offset(int src, int64_t token, int64_t slice) const {
-    return offset[kLlLanded] +
            8 * ((static_cast<int64_t>(src) * max_tokens + token) * ll_slices + slice);
   }
 };

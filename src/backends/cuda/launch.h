@@ -351,11 +351,6 @@ struct LowLatencyParams {
   int32_t* src_rank;          // [E/W, W*Tmax]
   int32_t* src_token;         // [E/W, W*Tmax]
   int32_t* src_slot;          // [E/W, W*Tmax]
-  // One node without the hooks (launch_ll_dispatch sets it): this rank's own rows go from x
-  // straight into its slabs in the expand (ll_expand_own), not through its stage rows; x is
-  // pre-quantized when `prequantized`.
-  bool own_direct;
-  bool prequantized;
   // combine
   const uint16_t* y;      // [E/W, W*Tmax, H] bf16 (not read by kLlCombineReceive)
   uint16_t* out;          // [T, H] bf16 (not written by kLlCombineSend)

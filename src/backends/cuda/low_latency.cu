@@ -69,24 +69,15 @@ cudaError_t launch_ll_expand(DispatchDtype dtype, const LowLatencyParams& p, int
     // rows, and idle waiting blocks would only hold SMs (other ranks' sends among them, when
     // ranks share a GPU).
     const int blocks = blocks_for_warp_items(LlExpandItems::of(p).most_items(p), num_blocks);
-    return p.nodes.several() ? launch_following(ll_expand_kernel<F, false>, blocks,
-                                                Policy::kDataThreads, stream, p)
-                             : launch_following(ll_expand_kernel<F, true>, blocks,
-                                                Policy::kDataThreads, stream, p);
+    return launch_following(ll_expand_kernel<F>, blocks, Policy::kDataThreads, stream, p);
   });
 }
 
 cudaError_t launch_ll_dispatch(DispatchDtype dtype, bool prequantized, const LowLatencyParams& p,
                                int num_blocks, cudaStream_t stream) {
-  // The whole dispatch at once (no hooks): on one node this rank's own rows go from x into its
-  // slabs in the expand (ll_expand_own), which reads x in this call. A hooked receive runs later,
-  // when x may have changed, so its rows to itself go through its stage like every other's.
-  LowLatencyParams q = p;
-  q.own_direct = !p.nodes.several();
-  q.prequantized = prequantized;
-  const cudaError_t status = launch_ll_send(dtype, prequantized, q, num_blocks, stream);
+  const cudaError_t status = launch_ll_send(dtype, prequantized, p, num_blocks, stream);
   if (status != cudaSuccess) return status;
-  return launch_ll_expand(dtype, q, num_blocks, stream);
+  return launch_ll_expand(dtype, p, num_blocks, stream);
 }
 
 cudaError_t launch_ll_combine(CombineDtype dtype, const LowLatencyParams& p, int num_blocks,
@@ -115,8 +106,7 @@ cudaError_t preload_ll_kernels() {
       if (s == cudaSuccess) s = load_kernel(ll_send_kernel<F, false, false>);
       if (s == cudaSuccess) s = load_kernel(ll_send_kernel<F, true, true>);
       if (s == cudaSuccess) s = load_kernel(ll_send_kernel<F, false, true>);
-      if (s == cudaSuccess) s = load_kernel(ll_expand_kernel<F, true>);
-      if (s == cudaSuccess) s = load_kernel(ll_expand_kernel<F, false>);
+      if (s == cudaSuccess) s = load_kernel(ll_expand_kernel<F>);
       return s;
     });
   }

@@ -9,24 +9,16 @@
 //               stage row [this rank][token], with the token's local expert ids, weights and
 //               slot ranks (how many earlier tokens of this rank name the slot's expert) for
 //               that destination; every destination also gets the token's flag word (step,
-//               comes here or not), released after the metadata, and each slice a landed word
-//               (step), released after the slice's stores. The grid's last warp stores this
-//               rank's per-expert token counts into every destination's counts row first, then
-//               releases {step, T} in its done word. Nothing waits for the grid's end. (Several
-//               nodes: no flag or landed words are released; the last block releases the done
-//               words after every block, low_latency_nodes.cuh.)
-//   ll_expand:  (low_latency_expand.cuh) once every source's done word is in (the counts and
-//               each source's T), every warp of the grid takes work items, none waiting for
-//               another: (token of a source, part of its row) waits for the token's flag and
-//               landed words, then copies the part from the stage row into the slab row of every
-//               local expert the token names, that row being the sum of the earlier sources'
-//               counts of the expert plus the slot's rank (canonical order, source rank then
-//               token, with no scan here); the first part's item also records
-//               slot_rows[s][t][k] (the slab row of each local slot) and the row's sources;
-//               (expert, chunk of rows) items write counts and -1 sources past them. A dispatch
-//               in one launch (no hooks, one node: p.own_direct) sends no stage row to this rank
-//               itself: the expand's first items encode this rank's own rows from x straight
-//               into its slabs (after the earlier sources' done words only), the same bytes.
+//               comes here or not). The last block stores this rank's per-expert token counts
+//               into every destination's counts row, then releases {step, T} in its done word.
+//   ll_expand:  (low_latency_expand.cuh) once every source's done word is in, every warp of the grid takes work items,
+//               none waiting for another: (token of a source, part of its row) copies the part
+//               from the stage row into the slab row of every local expert the token names,
+//               that row being the sum of the earlier sources' counts of the expert plus the
+//               slot's rank (canonical order, source rank then token, with no scan here); the
+//               first part's item also records slot_rows[s][t][k] (the slab row of each local
+//               slot) and the row's sources; (expert, chunk of rows) items write counts and -1
+//               sources past them.
 //   ll_combine: (low_latency_combine.cuh) warps take tickets for slices of rows
 //               (kDispatchSliceElems elements), so one token spreads over several warps: items
 //               [0, W*Tmax*slices) are (source, token, slice) candidates, sends for those that
@@ -296,6 +288,11 @@ __device__ __forceinline__ void ll_send_meta_one_node(const LowLatencyParams& p,
   }
   const uint64_t mask = warp_or64(lane_mask);
   if (lane == 0) p.token_mask[t] = mask;
+  for (int d = lane; d < info.world_size; d += 32) {
+    // Plain stores: the done word released after them orders them.
+    *reinterpret_cast<uint64_t*>(p.peers.base[d] + p.layout.ll_flag_offset(info.rank, t)) =
+        step << 1 | ((mask >> d) & 1);
+  }
   for (uint64_t dests = mask; dests != 0;) {
     const int d = next_dest(dests);
     auto* meta =
@@ -309,35 +306,6 @@ __device__ __forceinline__ void ll_send_meta_one_node(const LowLatencyParams& p,
       meta[k] = mine ? e - d * info.experts_per_rank : -1;
       reinterpret_cast<float*>(meta)[k_slots + k] = m.w[h];
       if (mine) meta[2 * k_slots + k] = rank[h];
-    }
-  }
-  // The flags last, released: a destination that sees its flag sees the token's metadata
-  // (ll_wait_token). Every destination gets one, whether the token comes or not.
-  __threadfence_system();
-  __syncwarp();
-  for (int d = lane; d < info.world_size; d += 32) {
-    st_release_sys(
-        reinterpret_cast<uint64_t*>(p.peers.base[d] + p.layout.ll_flag_offset(info.rank, t)),
-        step << 1 | ((mask >> d) & 1));
-  }
-}
-
-// One node: the landed words of token t's slices [first, first + count) in the stage rows of its
-// destinations (`mask`), once this warp's stores of them are visible system-wide (each lane fences
-// its own, then the words are release-stored). The expand copies a token once its flag and every
-// slice's landed word carry the call's step (ll_wait_token), so no word waits for the whole grid.
-// Every lane of the warp calls it.
-__device__ __forceinline__ void ll_mark_landed(const LowLatencyParams& p, int64_t t, uint64_t mask,
-                                               int64_t first, int64_t count, uint64_t step,
-                                               int lane) {
-  __threadfence_system();
-  __syncwarp();
-  for (uint64_t m = mask; m != 0;) {
-    const int d = next_dest(m);
-    for (int64_t j = lane; j < count; j += 32) {
-      st_release_sys(reinterpret_cast<uint64_t*>(
-                         p.peers.base[d] + p.layout.ll_landed_offset(p.info.rank, t, first + j)),
-                     step);
     }
   }
 }
@@ -362,9 +330,6 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
   uint64_t first_mask = 0;
   int64_t first_t = 0, first_begin = 0;
   bool have_first = false;
-  // The destinations that get a token's row in their stage: every one, but this rank when its
-  // own rows go straight into its slabs (p.own_direct: ll_expand_own encodes them there).
-  const uint64_t stage_dests = p.own_direct ? ~(1ull << info.rank) : ~0ull;
   // One node: a warp whose first item is a metadata item loads its ids and weights here too.
   LlMetaLanes first_meta{};
   if constexpr (!kNodes) {
@@ -374,20 +339,18 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
     if (c.warp >= tokens && c.warp < tokens + tokens * slices) {
       first_t = (c.warp - tokens) / slices;
       first_begin = (c.warp - tokens - first_t * slices) * Policy::kDispatchSliceElems;
-      first_mask = token_destinations(p.topk_idx + first_t * info.topk, info, c.lane) & stage_dests;
-      if (first_mask != 0) {  // warp-uniform
-        const uint16_t* src = static_cast<const uint16_t*>(p.x) + first_t * info.hidden;
-        uint4 v[Policy::kUnroll];
+      const uint16_t* src = static_cast<const uint16_t*>(p.x) + first_t * info.hidden;
+      uint4 v[Policy::kUnroll];
 #pragma unroll
-        for (int u = 0; u < Policy::kUnroll; ++u) {
-          v[u] = load_lane(src, first_begin + u * kElemsPerWarpStep + c.lane * kElemsPerLane,
-                           info.hidden);
-        }
+      for (int u = 0; u < Policy::kUnroll; ++u) {
+        v[u] = load_lane(src, first_begin + u * kElemsPerWarpStep + c.lane * kElemsPerLane,
+                         info.hidden);
+      }
+      first_mask = token_destinations(p.topk_idx + first_t * info.topk, info, c.lane);
 #pragma unroll
-        for (int u = 0; u < Policy::kUnroll; ++u) {
-          if (first_begin + u * kElemsPerWarpStep >= info.hidden) break;  // warp-uniform
-          formats::encode_lane<F>(v[u], first_word[u], first_params[u]);
-        }
+      for (int u = 0; u < Policy::kUnroll; ++u) {
+        if (first_begin + u * kElemsPerWarpStep >= info.hidden) break;  // warp-uniform
+        formats::encode_lane<F>(v[u], first_word[u], first_params[u]);
       }
       have_first = true;
     }
@@ -402,25 +365,14 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
   const uint64_t step = nodes ? p.state->step : p.state->dispatch_step;
   if (nodes && p.state->send_step != step) return;  // every block alike
   const int64_t payload_bytes = p.layout.dispatch_payload_bytes;
-  if (!kNodes && c.warp == c.num_warps - 1) {
-    // One node, the grid's last warp (the one with the fewest items): this call's per-expert
-    // token counts (ll_rank_slots) into every destination's counts row, then the done words
-    // {step, T}, released: a destination that sees its done word sees the counts, and knows which
-    // of this rank's tokens to wait for (ll_wait_token); the rows follow, each token's under its
-    // own flag and landed words. (Block 0's threads took a barrier for this, which held its
-    // items, at one token all of them: v33 run A.)
-    for (int e = c.lane; e < info.num_experts; e += 32) {
+  if (!kNodes && blockIdx.x == 0) {
+    // One node: this call's per-expert token counts (ll_rank_slots) into every destination's
+    // counts row, before the grid's end releases the done words.
+    for (int e = threadIdx.x; e < info.num_experts; e += blockDim.x) {
       const int d = e / info.experts_per_rank;
       *reinterpret_cast<int32_t*>(
           p.peers.base[d] + p.layout.ll_counts_offset(info.rank, e - d * info.experts_per_rank)) =
           p.send_counts[e];
-    }
-    __threadfence_system();
-    __syncwarp();
-    for (int d = c.lane; d < info.world_size; d += 32) {
-      st_release_sys(
-          reinterpret_cast<uint64_t*>(p.peers.base[d] + p.layout.ll_done_offset(info.rank)),
-          step << 32 | static_cast<uint64_t>(p.num_tokens));
     }
   }
   // Items [0, T): a token's flags and metadata (ids, weights, slot ranks) for its destinations;
@@ -441,14 +393,10 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
   };
   int64_t first_item = c.warp;
   if (have_first) {
-    if (first_mask != 0) {  // warp-uniform
 #pragma unroll
-      for (int u = 0; u < Policy::kUnroll; ++u) {
-        if (first_begin + u * kElemsPerWarpStep >= info.hidden) break;  // warp-uniform
-        store_step(first_t, first_mask, first_begin, u, first_word[u], first_params[u]);
-      }
-      ll_mark_landed(p, first_t, first_mask, first_begin / Policy::kDispatchSliceElems, 1, step,
-                     c.lane);
+    for (int u = 0; u < Policy::kUnroll; ++u) {
+      if (first_begin + u * kElemsPerWarpStep >= info.hidden) break;  // warp-uniform
+      store_step(first_t, first_mask, first_begin, u, first_word[u], first_params[u]);
     }
     first_item += c.num_warps;
   }
@@ -502,8 +450,7 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
     const int64_t t = (item - tokens) / slices;
     const int64_t slice = (item - tokens) - t * slices;
     const int32_t* slots = p.topk_idx + t * info.topk;
-    const uint64_t mask = token_destinations(slots, info, c.lane) & stage_dests;
-    if (mask == 0) continue;  // warp-uniform: no stage row to store
+    const uint64_t mask = token_destinations(slots, info, c.lane);
     if constexpr (kPrequantized) {
       const auto* src =
           reinterpret_cast<const uint4*>(static_cast<const char*>(p.x) + t * payload_bytes);
@@ -519,8 +466,6 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
         }
         for (int64_t i = c.lane; i < scale_bytes; i += 32) row[payload_bytes + i] = src_scales[i];
       }
-      // One node: the whole row went, so every slice of it has landed.
-      if constexpr (!kNodes) ll_mark_landed(p, t, mask, 0, p.layout.ll_slices, step, c.lane);
     } else {
       const int hidden = info.hidden;
       const uint16_t* src = static_cast<const uint16_t*>(p.x) + t * hidden;
@@ -538,17 +483,19 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
         formats::encode_lane<F>(v[u], word, params);
         store_step(t, mask, begin, u, word, params);
       }
-      if constexpr (!kNodes) ll_mark_landed(p, t, mask, slice, 1, step, c.lane);
     }
   }
-  // One node: nothing waits for the grid's end (each token's flag and landed words went out with
-  // it, the done words from block 0 above).
+  // One node: the done words once every block is done (the counts went out first, above).
   // Several nodes: the last block stores this rank's per-expert token counts (the slots' atomics,
   // resetting them for the next call): those of this node's experts into every destination's
   // counts row, those of another node's experts into the message for it, then its header's T
   // and `sent` step; the done words go to this node's ranks only. A destination that sees its
   // done word sees the counts and the rows.
-  if constexpr (!kNodes) return;
+  if constexpr (!kNodes) {
+    signal_when_grid_done(p.tickets + 2, p.peers.base, info.world_size,
+                          p.layout.ll_done_offset(info.rank), step << 32 | p.num_tokens);
+    return;
+  }
   const int first = nodes ? p.nodes.first_rank() : 0;
   signal_when_grid_done(
       p.tickets + 2, p.peers.base + first, nodes ? p.nodes.node_size : info.world_size,
