@@ -185,6 +185,8 @@ __device__ __forceinline__ char* ll_send_row(const LowLatencyParams& p, int d, i
 // one to this rank's count of it (send_counts). The destination places the token's row of
 // expert e at the sum of the earlier sources' counts of e plus this rank: canonical order
 // (source, then token) without a scan on the receiving side. Every lane of the warp calls it.
+// Several nodes only: on one node the step kernel ranks the slots (low_latency_ranks.cuh) and the
+// metadata item stores its ranks (ll_send_meta_one_node).
 template <bool kNodes>
 __device__ __forceinline__ void ll_send_slot_ranks(const LowLatencyParams& p, int64_t t,
                                                    const int32_t* slots, int lane) {
