@@ -13,6 +13,7 @@
 #include <functional>
 #include <memory>
 
+#include "backends/cuda/policy.h"
 #include "testing/gpu_world.h"
 
 namespace moe_ep {
@@ -65,16 +66,18 @@ TEST(SingleGpuWorldLimits, BudgetsFitTheGpuOrTheWorldSaysSo) {
   if (!testing::have_gpu()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
   int sms = 0;
   MOE_EP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  // 8 ranks of an H200's 132 SMs get 16 each: an explicit 17 is refused on every rank.
+  // 8 ranks of an H200's 132 SMs get 4 each (cuda_backend::single_gpu_world_sms_per_rank): an
+  // explicit 5 is refused on every rank.
+  const int cap = cuda_backend::single_gpu_world_sms_per_rank(sms, 8);
   auto comms = make_single_gpu_world(8);
   OpConfig c = world_test_config(8, {DispatchDtype::bf16, CombineDtype::bf16});
-  c.num_sms = sms / 8 + 1;
+  c.num_sms = cap + 1;
   const auto outcomes = testing::run_world_outcomes(
       comms, [&](int, const std::shared_ptr<Communicator>& comm) { create_op(comm, c); });
   for (size_t r = 0; r < outcomes.size(); ++r) {
     testing::expect_error(outcomes[r], ErrorCode::kInvalidArgument,
-                          {"num_sms=" + std::to_string(sms / 8 + 1),
-                           "exceeds the " + std::to_string(sms / 8) + " SMs one op"},
+                          {"num_sms=" + std::to_string(cap + 1),
+                           "exceeds the " + std::to_string(cap) + " SMs one op"},
                           static_cast<int>(r));
   }
   testing::expect_error(testing::outcome_of([&] { make_single_gpu_world(65); }),

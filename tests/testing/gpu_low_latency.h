@@ -5,7 +5,9 @@
 
 #include <cuda_runtime.h>
 
+#include <chrono>
 #include <cstdint>
+#include <thread>
 #include <vector>
 
 #include "formats/codecs.h"
@@ -35,12 +37,15 @@ inline std::vector<RankInput> replay_inputs(const OpConfig& c, int world_size, i
 
 // One eager round on rank `rank`: dispatch on the GPU, the reference's expert on the downloaded
 // slabs, combine; outputs downloaded into `round`.
-inline void gpu_low_latency_round(Op& op, int rank, LowLatencyRound& round, cudaStream_t stream) {
+// With delay_ms, the rank waits that long between its upload and its dispatch (a late rank).
+inline void gpu_low_latency_round(Op& op, int rank, LowLatencyRound& round, cudaStream_t stream,
+                                  int delay_ms = 0) {
   const OpConfig& c = op.config();
   const int w = op.world_size();
   DeviceInput input(round.inputs[rank], 0);
   DispatchArgs args = input.view;
   args.stream = stream;
+  if (delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
   const LowLatencyDispatchResult d = op.low_latency_dispatch(args);
   MOE_EP_CUDA_CHECK(cudaStreamSynchronize(stream));
   round.views[rank] = d;

@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <functional>
 #include <memory>
@@ -214,14 +215,16 @@ struct RoundStreams {
 };
 
 // One round on rank `rank`'s op, whose tensors live on `device` (the calling thread's current
-// device; 0 in the one-GPU world); fills res.received/handles/op_uids/out[rank].
+// device; 0 in the one-GPU world); fills res.received/handles/op_uids/out[rank]. With delay_ms,
+// the rank waits that long between its upload and its dispatch (a late rank).
 inline void gpu_round(Op& op, int rank, int world_size, RoundResult& res, RoundStreams streams,
-                      int device = 0) {
+                      int device = 0, int delay_ms = 0) {
   const OpConfig& c = op.config();
   const RankInput& in = res.inputs[rank];
   DeviceInput input(in, device);
   DispatchArgs args = input.view;
   args.stream = streams.dispatch;
+  if (delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
   trace("dispatch");
   const DispatchResult d = op.dispatch(args);
   trace("dispatched");

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Prepared in session 39 for the next session, NOT RUN YET (no device time was left): rank 0's
+# Prepared in session 39 for the next session; it ran in session 40 as v34 run E (logs in docs/results/v34-one-h200/runE-*; P lost):
 # own rows straight from ll_send into its slabs (next-rank0-own-rows.patch, against main
 # 104c195), against main. Rank 0's rows come first in every slab, so its own slot ranks place
 # them without a peer's counts, and its send keeps the first slice's load and encode overlapping

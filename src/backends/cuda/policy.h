@@ -42,6 +42,26 @@ struct Sm90Policy {
 
 using Policy = Sm90Policy;
 
+// The SM budget one op of a rank may take in the one-GPU test world (make_single_gpu_world) of
+// `world_size` ranks on a GPU of `sms` SMs. Ranks there wait on each other, so a rank that
+// starts a call late must still find room for its kernels beside the blocks the others hold
+// while they wait for it. The largest block it needs is a whole SM (decode's step kernel that
+// ranks the slots and normal mode's count_kernel: 1024 threads at 64 registers), so at least one
+// SM must hold nothing of the other ranks. A waiting rank holds at most, per call in flight,
+// 2b + 1 blocks: a count kernel's 2b whole-SM blocks, or a decode step block with the next
+// kernel's 2b data blocks scheduled behind it (programmatic dependent launch); with two calls in
+// flight on two streams (two micro-batches) twice that, each block on an SM of its own at worst.
+// So (W - 1) * (4b + 2) <= sms - 1. v34 (docs/perf-notes.md): with one rank 300 ms late, decode
+// at W = 8 with b = 16 and at W = 4 with b = 32 (floor(sms / W), the rule before) timed out
+// every time; b = 8 and 4 (W = 8), 16 and 8 (W = 4) completed. One rank takes the whole GPU;
+// at least 1 SM, even where the rule gives less (W >= 24 on 132 SMs).
+inline int single_gpu_world_sms_per_rank(int sms, int world_size) {
+  if (world_size <= 1) return sms;
+  const int others = world_size - 1;
+  const int per_rank = ((sms - 1) / others - 2) / 4;
+  return per_rank >= 1 ? per_rank : 1;
+}
+
 inline std::string describe_policy() {
   return "sm_90 policy: data kernels " + std::to_string(Policy::kDataThreads) + " threads x " +
          std::to_string(Policy::kDataBlocksPerSm) + " blocks per SM, unroll " +

@@ -2,8 +2,9 @@
 // a communicator driven from its own thread and stream. Symmetric memory is plain device memory
 // of that device (every rank's kernels can store into any of it); publishing a buffer is a
 // bounded host barrier at which the ranks exchange base addresses. The control areas are made
-// by the world itself. Each rank's ops get floor(SMs / W) SMs at most, so that all ranks'
-// kernels are resident together, which their waits on each other need.
+// by the world itself. Each rank's ops get at most the SMs of single_gpu_world_sms_per_rank
+// (policy.h), so that a rank that starts a call late still finds room beside what the others
+// hold while they wait for it, which their waits on each other need.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -15,6 +16,7 @@
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/cuda_comm.h"
 #include "backends/cuda/launch.h"
+#include "backends/cuda/policy.h"
 #include "backends/cuda/resources.h"
 #include "backends/cuda/transport.h"
 #include "core/log.h"
@@ -335,10 +337,16 @@ std::vector<std::shared_ptr<Communicator>> make_single_gpu_world(int world_size,
                    " does not divide world_size=", world_size);
   int sms = 0;
   MOE_EP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  const int per_rank = sms / world_size;
-  MOE_EP_CHECK_ARG(per_rank >= 1, "make_single_gpu_world: world_size=", world_size,
+  MOE_EP_CHECK_ARG(world_size <= sms, "make_single_gpu_world: world_size=", world_size,
                    " ranks cannot all be resident on device ", device, " with ", sms,
                    " SMs: each rank needs at least 1");
+  const int per_rank = cuda_backend::single_gpu_world_sms_per_rank(sms, world_size);
+  if (world_size > 1 && (world_size - 1) * (4 * per_rank + 2) > sms - 1) {
+    MOE_EP_LOG(LogLevel::kWarn, "make_single_gpu_world(", world_size, "): ", sms,
+               " SMs leave no SM free for a late rank's largest block beside what ", world_size - 1,
+               " waiting ranks may hold at 1 SM each (policy.h, single_gpu_world_sms_per_rank);"
+               " a rank that starts a call late can wait until the timeout");
+  }
   const double timeout = timeout_s > 0 ? timeout_s : Knobs::get().timeout_s;
   // Each rank needs its stream on a hardware queue of its own (resources.h, Stream): with fewer
   // queues than streams a rank's kernel can wait behind another rank's waiting kernel.
