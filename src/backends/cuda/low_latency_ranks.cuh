@@ -105,6 +105,13 @@ __device__ __forceinline__ void ll_rank_pass(const LowLatencyParams& p, const Ll
   }
 }
 
+// `c` plus how many of the window's tokens name expert e: the set bits of e's n words.
+__device__ __forceinline__ uint32_t ll_rank_bits_set(const uint32_t* bits, uint32_t e, uint32_t n,
+                                                     uint32_t c) {
+  for (uint32_t w = 0; w < n; ++w) c += __popc(bits[e * n + w]);
+  return c;
+}
+
 // Pass 2 of the window from token w0 on: each slot's rank, from the counts and the bits that pass
 // 1 left. With `any_repeat` (ll_rank_repeats), a slot reads its token's earlier slots.
 __device__ inline void ll_rank_window(const LowLatencyParams& p, const LlRankShape& s, uint32_t w0,
@@ -173,9 +180,7 @@ __device__ inline uint32_t ll_rank_slots(const LowLatencyParams& p) {
     ll_rank_window(p, s, w0, r, first_ids, ll_rank_repeats() != 0);
     __syncthreads();
     for (uint32_t e = threadIdx.x; e < s.experts; e += stride) {  // each count grows by its bits
-      uint32_t c = 0;
-      for (uint32_t w = 0; w < n; ++w) c += __popc(bits[e * n + w]);
-      counts[e] += c;
+      counts[e] += ll_rank_bits_set(bits, e, n, 0);
     }
     __syncthreads();
   }
@@ -196,9 +201,7 @@ __device__ inline void ll_rank_slots_last(const LowLatencyParams& p, uint32_t w0
   const uint32_t* counts = ll_rank_words();
   const uint32_t* bits = counts + s.experts;
   for (uint32_t e = j; e < s.experts; e += stride) {
-    uint32_t c = counts[e];
-    for (uint32_t w = 0; w < s.n; ++w) c += __popc(bits[e * s.n + w]);
-    p.send_counts[e] = static_cast<int32_t>(c);
+    p.send_counts[e] = static_cast<int32_t>(ll_rank_bits_set(bits, e, s.n, counts[e]));
   }
 }
 
