@@ -54,7 +54,7 @@ using Policy = Sm90Policy;
 // So (W - 1) * (4b + 2) <= sms - 1. v34 (docs/perf-notes.md): with one rank 300 ms late, decode
 // at W = 8 with b = 16 and at W = 4 with b = 32 (floor(sms / W), the rule before) timed out
 // every time; b = 8 and 4 (W = 8), 16 and 8 (W = 4) completed. One rank takes the whole GPU;
-// at least 1 SM, even where the rule gives less (W >= 24 on 132 SMs).
+// at least 1 SM, even where the rule gives less (W >= 23 on 132 SMs).
 inline int single_gpu_world_sms_per_rank(int sms, int world_size) {
   if (world_size <= 1) return sms;
   const int others = world_size - 1;
