@@ -3,7 +3,8 @@
 // first call, while the other ranks' first kernels already wait for it on the device. Its
 // kernels must still find room on the GPU: the round completes, bit for bit equal to the
 // reference, in decode mode and in normal mode, at DeepSeek-V3's hidden size and 128 tokens a
-// rank (grids as large as the budget allows), at world sizes 2, 4 and 8 with the world's budgets.
+// rank (grids as large as the budget allows), at world sizes 2, 4 and 8 with the world's budgets,
+// and across nodes (W = 8 in nodes of 4, W = 4 in nodes of 2: the world's domains).
 // It makes the one-GPU world's intermittent stall (docs/perf-notes.md, v34) happen every time
 // with the budgets the world gave before (a late rank is what the stall needs).
 #include <gtest/gtest.h>
@@ -22,11 +23,13 @@ struct LateCase {
   int world_size;
   int num_sms;  // 0: the op's default (the world's budget)
   bool decode;
+  int ranks_per_node = 0;  // 0: one node; else the path across nodes (the world's domains)
 };
 
 std::string case_name(const ::testing::TestParamInfo<LateCase>& info) {
   const LateCase& c = info.param;
-  return std::string(c.decode ? "Decode" : "Normal") + "W" + std::to_string(c.world_size) + "Sms" +
+  return std::string(c.decode ? "Decode" : "Normal") + "W" + std::to_string(c.world_size) +
+         (c.ranks_per_node > 0 ? "L" + std::to_string(c.ranks_per_node) : std::string()) + "Sms" +
          (c.num_sms > 0 ? std::to_string(c.num_sms) : std::string("Default"));
 }
 
@@ -46,6 +49,7 @@ OpConfig late_config(const LateCase& lc) {
   c.max_tokens_per_rank = 128;
   c.num_sms = lc.num_sms;
   c.low_latency = lc.decode;
+  c.ranks_per_node = lc.ranks_per_node;
   return c;
 }
 
@@ -63,7 +67,7 @@ TEST_P(GpuLateRank, RoundCompletesAndEqualsTheReference) {
   const int w = lc.world_size;
   const OpConfig c = late_config(lc);
   const std::vector<testing::RankInput> inputs = late_inputs(c, w);
-  auto comms = make_single_gpu_world(w);
+  auto comms = make_single_gpu_world(w, 0, 0, lc.ranks_per_node);
   const auto delay = [w](int rank) { return rank == w - 1 ? kDelayMs : 0; };
   if (lc.decode) {
     testing::LowLatencyRound round(w, inputs);
@@ -72,7 +76,19 @@ TEST_P(GpuLateRank, RoundCompletesAndEqualsTheReference) {
       testing::TestStream stream;
       testing::gpu_low_latency_round(*op, rank, round, stream.s, delay(rank));
     });
-    testing::check_low_latency_round(c, w, round, 1);
+    if (lc.ranks_per_node == 0) {
+      testing::check_low_latency_round(c, w, round, 1);
+    } else {
+      // Across nodes the combine sums node by node: the CPU backend's rounds are the reference
+      // (as in test_gpu_low_latency_nodes.cu).
+      const std::vector<testing::LowLatencyRound> cpu =
+          testing::run_low_latency_rounds(c, w, {inputs});
+      for (int r = 0; r < w; ++r) {
+        SCOPED_TRACE("rank " + std::to_string(r));
+        testing::expect_same_low_latency(round.received[r], cpu[0].received[r]);
+        testing::expect_same("out", round.out[r], cpu[0].out[r]);
+      }
+    }
   } else {
     std::vector<testing::RoundResult> rounds = testing::make_round_results(w, {inputs});
     testing::run_world(comms, [&](int rank, const std::shared_ptr<Communicator>& comm) {
@@ -91,7 +107,9 @@ TEST_P(GpuLateRank, RoundCompletesAndEqualsTheReference) {
 INSTANTIATE_TEST_SUITE_P(Worlds, GpuLateRank,
                          ::testing::Values(LateCase{8, 0, true}, LateCase{4, 0, true},
                                            LateCase{2, 0, true}, LateCase{8, 0, false},
-                                           LateCase{4, 0, false}, LateCase{2, 0, false}),
+                                           LateCase{4, 0, false}, LateCase{2, 0, false},
+                                           LateCase{8, 0, true, 4}, LateCase{4, 0, true, 2},
+                                           LateCase{8, 0, false, 4}),
                          case_name);
 
 }  // namespace
