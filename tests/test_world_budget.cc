@@ -2,7 +2,8 @@
 // src/backends/cuda/policy.h), checked on the CPU: for every world size up to the backend's
 // limit on a GPU of 132 SMs (H200) and of 78 and 8, the budget leaves an SM with nothing of the
 // other ranks on it even when each holds two calls' worth of blocks on SMs of their own
-// ((W - 1) * (4b + 2) <= SMs - 1), it is the largest such budget, and it is at least 1.
+// (single_gpu_world_leaves_an_sm: (W - 1) * (4b + 2) <= SMs - 1, checked here at its values),
+// it is the largest such budget, and it is at least 1.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -11,8 +12,6 @@
 
 namespace moe_ep::cuda_backend {
 namespace {
-
-bool leaves_an_sm(int sms, int world, int b) { return (world - 1) * (4 * b + 2) <= sms - 1; }
 
 TEST(WorldBudget, LargestBudgetThatLeavesAnSmForALateRank) {
   for (int sms : {132, 78, 8}) {
@@ -25,14 +24,19 @@ TEST(WorldBudget, LargestBudgetThatLeavesAnSmForALateRank) {
         EXPECT_EQ(b, sms);
         continue;
       }
-      if (leaves_an_sm(sms, world, 1)) {
-        EXPECT_TRUE(leaves_an_sm(sms, world, b));
-        EXPECT_FALSE(leaves_an_sm(sms, world, b + 1));
+      if (single_gpu_world_leaves_an_sm(sms, world, 1)) {
+        EXPECT_TRUE(single_gpu_world_leaves_an_sm(sms, world, b));
+        EXPECT_FALSE(single_gpu_world_leaves_an_sm(sms, world, b + 1));
       } else {
         EXPECT_EQ(b, 1);  // no budget leaves one: the least (the world warns)
       }
     }
   }
+  // The predicate itself: 7 waiting ranks of 4 SMs hold at most 7 * 18 = 126 of 132 SMs (6 stay
+  // free), of 5 SMs 7 * 22 = 154; a world of one leaves the whole GPU.
+  EXPECT_TRUE(single_gpu_world_leaves_an_sm(132, 8, 4));
+  EXPECT_FALSE(single_gpu_world_leaves_an_sm(132, 8, 5));
+  EXPECT_TRUE(single_gpu_world_leaves_an_sm(132, 1, 132));
   // The H200's figures the documentation names.
   EXPECT_EQ(single_gpu_world_sms_per_rank(132, 2), 32);
   EXPECT_EQ(single_gpu_world_sms_per_rank(132, 4), 10);

@@ -51,14 +51,17 @@ using Policy = Sm90Policy;
 // 2b + 1 blocks: a count kernel's 2b whole-SM blocks, or a decode step block with the next
 // kernel's 2b data blocks scheduled behind it (programmatic dependent launch); with two calls in
 // flight on two streams (two micro-batches) twice that, each block on an SM of its own at worst.
-// So (W - 1) * (4b + 2) <= sms - 1. v34 (docs/perf-notes.md): with one rank 300 ms late, decode
-// at W = 8 with b = 16 and at W = 4 with b = 32 (floor(sms / W), the rule before) timed out
-// every time; b = 8 and 4 (W = 8), 16 and 8 (W = 4) completed. One rank takes the whole GPU;
-// at least 1 SM, even where the rule gives less (W >= 23 on 132 SMs).
+// So (W - 1) * (4b + 2) <= sms - 1 (single_gpu_world_leaves_an_sm). v34 (docs/perf-notes.md):
+// with one rank 300 ms late, decode at W = 8 with b = 16 and at W = 4 with b = 32
+// (floor(sms / W), the rule before) timed out every time; b = 8 and 4 (W = 8), 16 and 8 (W = 4)
+// completed. One rank takes the whole GPU; at least 1 SM, even where the rule gives less
+// (W >= 23 on 132 SMs; the world warns).
+inline bool single_gpu_world_leaves_an_sm(int sms, int world_size, int per_rank) {
+  return (world_size - 1) * (4 * per_rank + 2) <= sms - 1;
+}
 inline int single_gpu_world_sms_per_rank(int sms, int world_size) {
   if (world_size <= 1) return sms;
-  const int others = world_size - 1;
-  const int per_rank = ((sms - 1) / others - 2) / 4;
+  const int per_rank = ((sms - 1) / (world_size - 1) - 2) / 4;
   return per_rank >= 1 ? per_rank : 1;
 }
 

@@ -341,7 +341,7 @@ std::vector<std::shared_ptr<Communicator>> make_single_gpu_world(int world_size,
                    " ranks cannot all be resident on device ", device, " with ", sms,
                    " SMs: each rank needs at least 1");
   const int per_rank = cuda_backend::single_gpu_world_sms_per_rank(sms, world_size);
-  if (world_size > 1 && (world_size - 1) * (4 * per_rank + 2) > sms - 1) {
+  if (!cuda_backend::single_gpu_world_leaves_an_sm(sms, world_size, per_rank)) {
     MOE_EP_LOG(LogLevel::kWarn, "make_single_gpu_world(", world_size, "): ", sms,
                " SMs leave no SM free for a late rank's largest block beside what ", world_size - 1,
                " waiting ranks may hold at 1 SM each (policy.h, single_gpu_world_sms_per_rank);"
