@@ -82,9 +82,22 @@ struct StepInfo {
   MOE_EP_HD static int kind(uint64_t info) { return static_cast<int>(info >> 56); }
   MOE_EP_HD static bool rejected(uint64_t info) { return (info >> 55) & 1; }
   MOE_EP_HD static uint64_t call(uint64_t info) { return info & ((1ull << kCallBits) - 1); }
-  // Equal calls: kind and number (the rejected bit is the verdict, not the identity).
+  // Equal calls: kind and number (the rejected bit is the verdict, not the identity; the step
+  // bits below are equal in words of one step).
   MOE_EP_HD static bool same_call(uint64_t a, uint64_t b) { return ((a ^ b) & ~(1ull << 55)) == 0; }
+  // The low 7 bits of the step a word belongs to, in bits 48-54 (calls below 2^48): a slot's
+  // previous word is two steps older, so a word stored without a fence is told apart from it by
+  // these bits alone (step_exchange.cuh, step_info_of).
+  static constexpr int kStepShift = 48;
+  static constexpr uint64_t kStepMask = 0x7f;
+  MOE_EP_HD static uint64_t with_step(uint64_t info, uint64_t step) {
+    return (info & ~(kStepMask << kStepShift)) | ((step & kStepMask) << kStepShift);
+  }
+  MOE_EP_HD static bool of_step(uint64_t info, uint64_t step) {
+    return ((info >> kStepShift) & kStepMask) == (step & kStepMask);
+  }
 };
+static_assert(StepInfo::kCallBits <= StepInfo::kStepShift, "the step bits sit above the call");
 
 enum StepStatus : int32_t {
   kStepOk = 0,

@@ -98,7 +98,7 @@ __global__ void __launch_bounds__(Policy::kNotifyThreads, 1) ll_step_kernel(LowL
   }
   __syncthreads();
   const bool rejected = p.host_rejected || votes.scan_rejected;
-  const uint64_t my_info = StepInfo::pack(p.kind, rejected, call);
+  const uint64_t my_info = StepInfo::with_step(StepInfo::pack(p.kind, rejected, call), step);
   const uint64_t peer_info = exchange_step_words(info, p.peers, p.layout, StepWords::kDecode, step,
                                                  my_info, p.my_reason, p.timeout_ns, p.err, votes);
   if constexpr (kRanks) {

@@ -82,7 +82,7 @@ __global__ void ll_node_step_kernel(LowLatencyParams p) {
   }
   __syncthreads();
   const bool rejected = p.host_rejected || votes.scan_rejected;
-  const uint64_t my_info = StepInfo::pack(p.kind, rejected, call);
+  const uint64_t my_info = StepInfo::with_step(StepInfo::pack(p.kind, rejected, call), step);
   for (int n = threadIdx.x; n < p.nodes.num_nodes; n += blockDim.x) {
     if (n != p.nodes.node) {
       ll_put_header_word(p, ll_message_out(p, n), my_info, step, votes.scan_rejected != 0);
@@ -263,10 +263,10 @@ __global__ void ll_settle_kernel(LowLatencyParams p) {
     const auto* theirs =
         reinterpret_cast<const uint64_t*>(self + p.layout.ll_step_offset(parity, q));
     uint64_t tag = 0;
-    if (!wait_tagged(theirs + 1, 0, step, p.timeout_ns, p.err, kPhaseStep, info.rank, q, &tag)) {
+    if (!wait_tagged(theirs + 1, 0, step, p.timeout_ns, p.err, kPhaseStep, info.rank, q, &tag) ||
+        !step_info_of(theirs, step, p.timeout_ns, p.err, info.rank, q, &peer_info)) {
       votes.gave_up = 1;
     } else {
-      peer_info = __ldcg(theirs);
       if (!StepInfo::same_call(peer_info, my_info)) atomicMin(&votes.out_of_step, q);
       if (StepInfo::rejected(peer_info) && q != info.rank) atomicMin(&votes.rejected_by, q);
     }

@@ -21,8 +21,8 @@ __device__ inline void step_block(const StepParams& p, bool let_next = true) {
   }
   __syncthreads();
   const bool rejected = StepInfo::rejected(p.info_word) || votes.scan_rejected;
-  const uint64_t my_info =
-      StepInfo::pack(StepInfo::kind(p.info_word), rejected, StepInfo::call(p.info_word));
+  const uint64_t my_info = StepInfo::with_step(
+      StepInfo::pack(StepInfo::kind(p.info_word), rejected, StepInfo::call(p.info_word)), p.step);
   if (p.phase == kStepPost) {
     // Several nodes: this rank's word, for the transport (the same word kStepSettle stores).
     if (threadIdx.x == 0) {

@@ -46,6 +46,33 @@ __device__ inline int64_t step_word_offset(const BufferLayout& layout, StepWords
                                      : layout.ll_step_offset(parity, src);
 }
 
+// The info word of a step slot whose tag already reads `step` (wait_tagged). A rank that does
+// not reject stores its info word and tag without a fence, so the tag may land first: poll the
+// info word until it carries the step's bits (StepInfo::of_step), within the same bound.
+__device__ inline bool step_info_of(const uint64_t* info_word, uint64_t step, uint64_t timeout_ns,
+                                    const ErrorSink& err, int32_t rank, int32_t peer,
+                                    uint64_t* info_out) {
+  const uint64_t start = global_timer_ns();
+  uint32_t spins = 0;
+  while (true) {
+    const uint64_t word = ld_relaxed_sys(info_word);
+    if (StepInfo::of_step(word, step)) {
+      *info_out = word;
+      return true;
+    }
+    if ((++spins & 1023u) == 0) {
+      if (ld_volatile(err.flag) != 0) return false;
+      if (global_timer_ns() - start > timeout_ns) {
+        report_error(err, kDevTimeout, kPhaseStep, rank, peer,
+                     static_cast<int64_t>(step & StepInfo::kStepMask),
+                     static_cast<int64_t>((word >> StepInfo::kStepShift) & StepInfo::kStepMask), -1,
+                     -1, 0);
+        return false;
+      }
+    }
+  }
+}
+
 // Returns peer q's info word (0 when q >= world_size or the wait gave up).
 // Peers that no store reaches (another node's ranks, several nodes): their words are in
 // `words_in` (StepWire, from the transport) and this rank's word reaches them the same way.
@@ -88,18 +115,27 @@ __device__ inline uint64_t exchange_step_words(const RankInfo& info, const PeerT
   if (stores_to(q)) {
     auto* mine =
         reinterpret_cast<uint64_t*>(peer + step_word_offset(layout, words, parity, info.rank));
-    mine[0] = my_info;
-    st_release_sys(mine + 1, step);
+    if (StepInfo::rejected(my_info)) {
+      // The reason (stored above) before the word: a release.
+      mine[0] = my_info;
+      st_release_sys(mine + 1, step);
+    } else {
+      // The word orders nothing else, and its info carries the step's bits (step_info_of): no
+      // fence (v34 run F: the release's fence was 0.4-0.5 us of a decode combine's step).
+      st_relaxed_sys(mine, my_info);
+      st_relaxed_sys(mine + 1, step);
+    }
   }
   const auto* theirs = reinterpret_cast<const uint64_t*>(
       peers.base[info.rank] + step_word_offset(layout, words, parity, q));
   uint64_t tag = 0;
-  // Acquire: the info word and the reason were stored before the tag.
-  if (!wait_tagged(theirs + 1, 0, step, timeout_ns, err, kPhaseStep, info.rank, q, &tag)) {
+  // Acquire: a rejecting peer stored its reason and info word before the tag.
+  uint64_t peer_info = 0;
+  if (!wait_tagged(theirs + 1, 0, step, timeout_ns, err, kPhaseStep, info.rank, q, &tag) ||
+      !step_info_of(theirs, step, timeout_ns, err, info.rank, q, &peer_info)) {
     v.gave_up = 1;
     return 0;
   }
-  const uint64_t peer_info = __ldcg(theirs);
   if (!StepInfo::same_call(peer_info, my_info)) atomicMin(&v.out_of_step, q);
   if (StepInfo::rejected(peer_info) && q != info.rank) atomicMin(&v.rejected_by, q);
   return peer_info;
