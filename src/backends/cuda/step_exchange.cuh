@@ -91,6 +91,10 @@ __device__ inline uint64_t exchange_step_words(const RankInfo& info, const PeerT
   const int q = threadIdx.x;
   const int parity = static_cast<int>(step & 1);
   if (q >= info.world_size) return 0;
+  // A world of one agrees with itself: its own word is the only one, and its verdict is its own
+  // (a rank never names itself as the peer that rejected). No store, no wait (v34 run F: 1.0-1.2
+  // us of a decode combine at world size 1).
+  if (info.world_size == 1) return my_info;
   char* peer = peers.base[q];
   if (!stores_to(q)) {
     // Another node's rank: its word came through the transport (StepWire); deliver it into
