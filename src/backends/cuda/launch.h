@@ -8,6 +8,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "backends/cuda/device_error.h"
 #include "backends/cuda/node_geometry.h"
@@ -474,6 +476,31 @@ cudaError_t load_kernel(Kernel* kernel) {
   if (status == cudaSuccess) note_local_bytes(a.localSizeBytes);
   return status;
 }
+
+// Loads `kernel` (load_kernel) and checks that `blocks_per_sm` of its blocks of `threads`
+// threads, with `smem` bytes of dynamic shared memory, fit one SM of the current device
+// (cudaOccupancyMaxActiveBlocksPerMultiprocessor), as the SM budget assumes: a budget of N SMs
+// launches at most N * blocks_per_sm of them (Policy). A kernel that does not fit is noted
+// (note_budget_overrun) and named by preload_kernels' warning and budget_overruns(): its
+// launches can hold more SMs than the budget (v34 in docs/perf-notes.md: count_kernel's
+// 1024-thread blocks at 64 registers were counted two an SM).
+void note_budget_overrun(const std::string& what);
+template <typename Kernel>
+cudaError_t load_budgeted_kernel(Kernel* kernel, const char* name, int threads, int blocks_per_sm,
+                                 size_t smem) {
+  cudaError_t status = load_kernel(kernel);
+  if (status != cudaSuccess) return status;
+  int fit = 0;
+  status = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, kernel, threads, smem);
+  if (status == cudaSuccess && fit < blocks_per_sm) {
+    note_budget_overrun(std::string(name) + ": " + std::to_string(blocks_per_sm) + " blocks of " +
+                        std::to_string(threads) + " threads an SM of budget, but " +
+                        std::to_string(fit) + " fit an SM");
+  }
+  return status;
+}
+// What note_budget_overrun noted in this process (empty: every budgeted kernel fits).
+std::vector<std::string> budget_overruns();
 
 // Makes the driver size the current device's local memory for `bytes` per thread now, by running
 // a kernel that needs at least that much (256, 1024 or 4096 bytes; false when `bytes` is larger),

@@ -54,10 +54,19 @@ cudaError_t launch_count(CountParams c, int max_blocks, cudaStream_t stream) {
 }
 
 cudaError_t preload_notify_kernels() {
-  const cudaError_t status = load_kernel(validate_kernel);
+  // Checked with their largest dynamic shared memory: notify_smem at 64 ranks (or 4096
+  // experts a rank), 16 KiB.
+  constexpr size_t kSmem = sizeof(int) * Policy::kMaxPeers * Policy::kMaxPeers;
+  const cudaError_t status =
+      load_budgeted_kernel(validate_kernel, "validate_kernel", Policy::kValidateThreads,
+                           Policy::kValidateBlocksPerSm, 0);
   if (status != cudaSuccess) return status;
-  const cudaError_t notify = load_kernel(notify_kernel);
-  return notify != cudaSuccess ? notify : load_kernel(count_kernel);
+  const cudaError_t notify = load_budgeted_kernel(
+      notify_kernel, "notify_kernel", Policy::kNotifyThreads, Policy::kNotifyBlocksPerSm, kSmem);
+  return notify != cudaSuccess
+             ? notify
+             : load_budgeted_kernel(count_kernel, "count_kernel", Policy::kNotifyThreads,
+                                    Policy::kNotifyBlocksPerSm, kSmem);
 }
 
 }  // namespace moe_ep::cuda_backend

@@ -5,6 +5,8 @@
 #include <atomic>
 #include <mutex>
 #include <set>
+#include <string>
+#include <vector>
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/launch.h"
@@ -13,7 +15,22 @@
 namespace moe_ep::cuda_backend {
 namespace {
 std::atomic<size_t> largest_local_bytes{0};
+std::mutex overruns_mutex;
+std::vector<std::string>& overruns() {
+  static std::vector<std::string> list;
+  return list;
+}
 }  // namespace
+
+void note_budget_overrun(const std::string& what) {
+  const std::lock_guard<std::mutex> lock(overruns_mutex);
+  overruns().push_back(what);
+}
+
+std::vector<std::string> budget_overruns() {
+  const std::lock_guard<std::mutex> lock(overruns_mutex);
+  return overruns();
+}
 
 void note_local_bytes(size_t bytes) {
   size_t seen = largest_local_bytes.load();
@@ -39,6 +56,12 @@ void preload_kernels(int device) {
   MOE_EP_CUDA_CHECK(preload_ll_node_kernels());
   MOE_EP_CUDA_CHECK(preload_symmetric_kernels());
   MOE_EP_CUDA_CHECK(preload_loopback_kernels());
+  for (const std::string& what : budget_overruns()) {
+    MOE_EP_LOG(LogLevel::kWarn,
+               "a kernel of the library does not fit its SM budget's blocks per SM"
+               " (Policy, policy.h) on device ",
+               device, ": ", what);
+  }
   const size_t local_bytes = largest_local_bytes.load();
   if (!reserve_local_memory(local_bytes)) {
     MOE_EP_LOG(LogLevel::kWarn, "a kernel of the library needs ", local_bytes,
