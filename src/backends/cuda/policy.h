@@ -26,12 +26,15 @@ struct Sm90Policy {
   // A dispatch work item when tokens are few: one unrolled step of a row (1024 elements, whole
   // fp8 and mxfp4 blocks). v10: slices took 128-token fp4 dispatch from 69 to 38 us.
   static constexpr int kDispatchSliceElems = kElemsPerWarpStep * kUnroll;
-  // Notify: 1024 threads scan the tokens for one destination; two such blocks fit an SM.
+  // Notify (count_kernel, notify_kernel): 1024 threads scan the tokens for one destination; at
+  // 64 registers (ptxas) such a block takes a whole SM's register file, so a budget of N SMs is
+  // N blocks (v34: 2 a SM let these kernels hold twice the budget).
   static constexpr int kNotifyThreads = 1024;
-  static constexpr int kNotifyBlocksPerSm = 2;
-  // Validation scan: 256-thread blocks, 8 per SM (2048 threads).
+  static constexpr int kNotifyBlocksPerSm = 1;
+  // Validation scan: 256-thread blocks at 40 registers (ptxas): 6 fit an SM's 64K registers
+  // (61,440), not the 8 that its 2048 threads would allow.
   static constexpr int kValidateThreads = 256;
-  static constexpr int kValidateBlocksPerSm = 8;
+  static constexpr int kValidateBlocksPerSm = 6;
   // Default SM budget of normal mode: DeepEP reserves 20-24 SMs for this work and Hybrid-EP
   // 8-32; 32 of the H200's 132 leave 100 to the GEMMs and attention running beside it.
   static constexpr int kDefaultNumSms = 32;
