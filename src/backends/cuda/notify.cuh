@@ -21,7 +21,8 @@
 
 namespace moe_ep::cuda_backend {
 
-__global__ void validate_kernel(ValidateParams p) {
+__global__ void __launch_bounds__(Policy::kValidateThreads, Policy::kValidateBlocksPerSm)
+    validate_kernel(ValidateParams p) {
   wait_previous_kernel();  // the call's first kernel: after whatever ran before on the stream
   let_next_kernel_launch();
   validate_scan(p, static_cast<int>(blockIdx.x), static_cast<int>(gridDim.x));
