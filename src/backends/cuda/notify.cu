@@ -49,8 +49,8 @@ cudaError_t launch_count(CountParams c, int max_blocks, cudaStream_t stream) {
   c.notify.step = c.step.step;
   c.notify.phase = kNotifyAll;
   const int blocks = std::clamp(c.scan_tickets + notify_tickets(c.notify), 1, max_blocks);
-  return launch_following(count_kernel, dim3(blocks), dim3(Policy::kNotifyThreads),
-                          notify_smem(c.notify), stream, c);
+  return launch_following(c.scan.validate ? count_kernel<true> : count_kernel<false>, dim3(blocks),
+                          dim3(Policy::kNotifyThreads), notify_smem(c.notify), stream, c);
 }
 
 cudaError_t preload_notify_kernels() {
@@ -63,10 +63,14 @@ cudaError_t preload_notify_kernels() {
   if (status != cudaSuccess) return status;
   const cudaError_t notify = load_budgeted_kernel(
       notify_kernel, "notify_kernel", Policy::kNotifyThreads, Policy::kNotifyBlocksPerSm, kSmem);
-  return notify != cudaSuccess
-             ? notify
-             : load_budgeted_kernel(count_kernel, "count_kernel", Policy::kNotifyThreads,
-                                    Policy::kNotifyBlocksPerSm, kSmem);
+  if (notify != cudaSuccess) return notify;
+  const cudaError_t count =
+      load_budgeted_kernel(count_kernel<false>, "count_kernel<false>", Policy::kNotifyThreads,
+                           Policy::kNotifyBlocksPerSm, kSmem);
+  return count != cudaSuccess
+             ? count
+             : load_budgeted_kernel(count_kernel<true>, "count_kernel<true>",
+                                    Policy::kNotifyThreads, Policy::kNotifyBlocksPerSm, kSmem);
 }
 
 }  // namespace moe_ep::cuda_backend

@@ -25,7 +25,7 @@ __global__ void __launch_bounds__(Policy::kValidateThreads, Policy::kValidateBlo
     validate_kernel(ValidateParams p) {
   wait_previous_kernel();  // the call's first kernel: after whatever ran before on the stream
   let_next_kernel_launch();
-  validate_scan(p, static_cast<int>(blockIdx.x), static_cast<int>(gridDim.x));
+  validate_scan<true>(p, static_cast<int>(blockIdx.x), static_cast<int>(gridDim.x));
 }
 
 // notify_send's scan: kNotifyTokensPerThread tokens a thread in the blocked arrangement (thread
@@ -410,6 +410,9 @@ __global__ void __launch_bounds__(Policy::kNotifyThreads) notify_kernel(NotifyPa
 // version did so; no stall was traced to it; the concern of common.cuh's launch rule).
 // Every other wait is for a lower ticket, taken by a running block, so the kernel finishes with
 // any number of its blocks resident.
+// kValidate: launched in validation mode (c.scan.validate), the only instantiation with the scan
+// of x (validate_scan).
+template <bool kValidate>
 __global__ void __launch_bounds__(Policy::kNotifyThreads) count_kernel(CountParams c) {
   extern __shared__ int notify_smem[];  // [max(E/W, W*W)]
   wait_previous_kernel();               // the call's first kernel
@@ -424,7 +427,7 @@ __global__ void __launch_bounds__(Policy::kNotifyThreads) count_kernel(CountPara
     const unsigned int t = take_ticket(p.tickets);
     if (t > last) break;
     if (t < scans) {
-      validate_scan(c.scan, static_cast<int>(t), c.scan_tickets);
+      validate_scan<kValidate>(c.scan, static_cast<int>(t), c.scan_tickets);
       __threadfence();  // this thread's reports (the error flag) before the block counts its share
       __syncthreads();
       if (threadIdx.x == 0) last_share = atomicAdd(c.scans_done, 1u) == scans - 1u;

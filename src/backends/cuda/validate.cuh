@@ -43,22 +43,37 @@ __device__ __forceinline__ bool bf16x8_nonfinite(const uint4& v) {
 
 // Validation mode's scan of x for non-finite values, share `part` of `parts`: 8 elements a
 // 16-byte load (x starts on a 16-byte boundary and its rows are whole 16-byte units: the API's
-// check_alignment and hidden % 8); an element is located only where a load holds a non-finite
-// value. v35: one 2-byte load a thread and step made this scan most of a validated 4096-token
-// dispatch (249 us, 423 with count_kernel's blocks one an SM). One load a step: two in flight
-// took validate_kernel to 48 registers (40 fit its 6 blocks an SM) and count_kernel, where the
-// scan is inlined, from 12 to 32 bytes of spills.
+// check_alignment and hidden % 8), kXLoads independent loads a thread in flight; an element is
+// located only where a load holds a non-finite value. v35: with one 2-byte load a thread and
+// step this scan was most of a validated 4096-token dispatch (249 us, 423 with count_kernel's
+// blocks one an SM); one 16-byte load took it to 340, still waiting on its loads (run L: 75% of
+// the samples on them, DRAM 15% busy).
+inline constexpr int kXLoads = 4;
 __device__ inline void validate_x(const ValidateParams& p, int part, int parts) {
   const int64_t stride = static_cast<int64_t>(parts) * blockDim.x;
   const auto* x8 = reinterpret_cast<const uint4*>(p.x_bf16);
   const int64_t total8 = static_cast<int64_t>(p.num_tokens) * p.info.hidden / 8;
-  for (int64_t i = part * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total8; i += stride) {
-    if (bf16x8_nonfinite(__ldg(x8 + i))) {
-      report_nonfinite_x(p.x_bf16, p.err, p.info.rank, p.info.hidden, i * 8, 8);
+  for (int64_t i = part * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total8;
+       i += kXLoads * stride) {
+    uint4 v[kXLoads];
+#pragma unroll
+    for (int u = 0; u < kXLoads; ++u) {
+      const int64_t at = i + u * stride;
+      v[u] = at < total8 ? __ldg(x8 + at) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int u = 0; u < kXLoads; ++u) {
+      if (bf16x8_nonfinite(v[u])) {
+        report_nonfinite_x(p.x_bf16, p.err, p.info.rank, p.info.hidden, (i + u * stride) * 8, 8);
+      }
     }
   }
 }
 
+// kWithX: whether this instantiation has the scan of x (validation mode's count_kernel and
+// validate_kernel). count_kernel outside validation mode leaves it out: its loads in flight
+// raised count_kernel's spills from 12 to 48 bytes at its 64 registers.
+template <bool kWithX>
 __device__ inline void validate_scan(const ValidateParams& p, int part, int parts) {
   const RankInfo& info = p.info;
   if (p.started_ns != nullptr && part == 0 && threadIdx.x == 0) {
@@ -82,8 +97,9 @@ __device__ inline void validate_scan(const ValidateParams& p, int part, int part
       report_error(p.err, kDevNonfiniteW, 0, info.rank, -1, 0, 0, t, k, 0);
     }
   }
-  if (!p.validate || p.x_bf16 == nullptr) return;
-  validate_x(p, part, parts);
+  if constexpr (kWithX) {
+    if (p.validate && p.x_bf16 != nullptr) validate_x(p, part, parts);
+  }
 }
 
 }  // namespace moe_ep::cuda_backend
