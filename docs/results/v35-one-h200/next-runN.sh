@@ -50,6 +50,7 @@ for r in 1 2; do for v in . tmp-gpu/O tmp-gpu/P; do
 done; done > $OUT/bench-count.log 2>&1
 grep -E "^==|^ +[0-9]+ +|wrong|rror" $OUT/bench-count.log
 t count
-MOE_EP_TIMEOUT_S=10 timeout $(( 585 - $(date +%s) + T0 )) ctest --test-dir tmp-gpu/T/build/gpu -L gpu --output-on-failure --timeout 60 > $OUT/ctest.log 2>&1
+MOE_EP_TIMEOUT_S=10 timeout $(( 585 - $(date +%s) + T0 )) ctest --test-dir tmp-gpu/T/build/gpu -L gpu --output-on-failure --timeout 60 \
+  -R 'LowLatency|GpuBackend|AllPairs|WorldSizeOne|CopyEngine' > $OUT/ctest.log 2>&1
 echo "ctest rc $?"; grep -E "tests passed|Failed|\*\*\*Timeout|\*\*\*Failed|Total Test" $OUT/ctest.log | head -20
 t end
