@@ -117,19 +117,19 @@ __device__ inline void report_error(const ErrorSink& sink, int32_t code, int32_t
   atomicExch(sink.flag, code);
 }
 
-// Waits until the 64-bit word at `flag` satisfies (word >> shift) == expected. Returns the word,
-// or reports a timeout (and returns 0) after timeout_ns, or gives up early once another thread
-// has reported an error.
-// With kAcquire false the load is relaxed: for words that carry their own payload.
-template <bool kAcquire = true>
-__device__ inline bool wait_tagged(const uint64_t* flag, int shift, uint64_t expected,
-                                   uint64_t timeout_ns, const ErrorSink& err, int32_t phase,
-                                   int32_t rank, int32_t peer, uint64_t* word_out) {
+// Waits until the 64-bit word at `flag` holds `expected` in the field that `field(word)` reads.
+// Returns true with the word in *word_out, or reports a timeout (expected and the field last
+// seen) and returns false after timeout_ns, or gives up early once another thread has reported
+// an error. With kAcquire false the load is relaxed: for words that carry their own payload.
+template <bool kAcquire, typename Field>
+__device__ inline bool wait_field(const uint64_t* flag, Field field, uint64_t expected,
+                                  uint64_t timeout_ns, const ErrorSink& err, int32_t phase,
+                                  int32_t rank, int32_t peer, uint64_t* word_out) {
   const uint64_t start = global_timer_ns();
   uint32_t spins = 0;
   while (true) {
     const uint64_t word = kAcquire ? ld_acquire_sys(flag) : ld_relaxed_sys(flag);
-    if ((word >> shift) == expected) {
+    if (field(word) == expected) {
       *word_out = word;
       return true;
     }
@@ -137,11 +137,21 @@ __device__ inline bool wait_tagged(const uint64_t* flag, int shift, uint64_t exp
       if (ld_volatile(err.flag) != 0) return false;
       if (global_timer_ns() - start > timeout_ns) {
         report_error(err, kDevTimeout, phase, rank, peer, static_cast<int64_t>(expected),
-                     static_cast<int64_t>(word >> shift), -1, -1, 0);
+                     static_cast<int64_t>(field(word)), -1, -1, 0);
         return false;
       }
     }
   }
+}
+
+// wait_field for the tag in the bits from `shift` up: (word >> shift) == expected.
+template <bool kAcquire = true>
+__device__ inline bool wait_tagged(const uint64_t* flag, int shift, uint64_t expected,
+                                   uint64_t timeout_ns, const ErrorSink& err, int32_t phase,
+                                   int32_t rank, int32_t peer, uint64_t* word_out) {
+  return wait_field<kAcquire>(
+      flag, [shift](uint64_t word) { return word >> shift; }, expected, timeout_ns, err, phase,
+      rank, peer, word_out);
 }
 
 // The last block's extra stores before the done signal: none.

@@ -52,25 +52,9 @@ __device__ inline int64_t step_word_offset(const BufferLayout& layout, StepWords
 __device__ inline bool step_info_of(const uint64_t* info_word, uint64_t step, uint64_t timeout_ns,
                                     const ErrorSink& err, int32_t rank, int32_t peer,
                                     uint64_t* info_out) {
-  const uint64_t start = global_timer_ns();
-  uint32_t spins = 0;
-  while (true) {
-    const uint64_t word = ld_relaxed_sys(info_word);
-    if (StepInfo::of_step(word, step)) {
-      *info_out = word;
-      return true;
-    }
-    if ((++spins & 1023u) == 0) {
-      if (ld_volatile(err.flag) != 0) return false;
-      if (global_timer_ns() - start > timeout_ns) {
-        report_error(err, kDevTimeout, kPhaseStep, rank, peer,
-                     static_cast<int64_t>(step & StepInfo::kStepMask),
-                     static_cast<int64_t>((word >> StepInfo::kStepShift) & StepInfo::kStepMask), -1,
-                     -1, 0);
-        return false;
-      }
-    }
-  }
+  return wait_field<false>(
+      info_word, [](uint64_t word) { return (word >> StepInfo::kStepShift) & StepInfo::kStepMask; },
+      step & StepInfo::kStepMask, timeout_ns, err, kPhaseStep, rank, peer, info_out);
 }
 
 // Returns peer q's info word (0 when q >= world_size or the wait gave up).
