@@ -499,7 +499,8 @@ cudaError_t load_budgeted_kernel(Kernel* kernel, const char* name, int threads, 
   }
   return status;
 }
-// What note_budget_overrun noted in this process (empty: every budgeted kernel fits).
+// What note_budget_overrun noted in this process, in order (empty: every budgeted kernel fits);
+// preload_kernels warns of those its device added.
 std::vector<std::string> budget_overruns();
 
 // Makes the driver size the current device's local memory for `bytes` per thread now, by running

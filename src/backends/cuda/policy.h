@@ -52,8 +52,9 @@ using Policy = Sm90Policy;
 // ranks the slots and normal mode's count_kernel: 1024 threads at 64 registers), so at least one
 // SM must hold nothing of the other ranks. A waiting rank holds at most, per call in flight,
 // 2b + 1 blocks: a decode step block with the next kernel's 2b data blocks scheduled behind it
-// (programmatic dependent launch; a count kernel's whole-SM blocks are b since v35); with two calls in
-// flight on two streams (two micro-batches) twice that, each block on an SM of its own at worst.
+// (programmatic dependent launch; a count kernel's whole-SM blocks are b since v35); with two
+// calls in flight on two streams (two micro-batches) twice that, each block on an SM of its own
+// at worst.
 // So (W - 1) * (4b + 2) <= sms - 1 (single_gpu_world_leaves_an_sm). v34 (docs/perf-notes.md):
 // with one rank 300 ms late, decode at W = 8 with b = 16 and at W = 4 with b = 32
 // (floor(sms / W), the rule before) timed out every time; b = 8 and 4 (W = 8), 16 and 8 (W = 4)

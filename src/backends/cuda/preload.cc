@@ -46,6 +46,7 @@ void preload_kernels(int device) {
   const std::lock_guard<std::mutex> lock(mutex);
   if (loaded.count(device) != 0) return;
   DeviceGuard guard(device);
+  const size_t overruns_before = budget_overruns().size();  // those of earlier devices
   MOE_EP_CUDA_CHECK(preload_agreement_kernels());
   MOE_EP_CUDA_CHECK(preload_notify_kernels());
   MOE_EP_CUDA_CHECK(preload_dispatch_kernels());
@@ -56,11 +57,12 @@ void preload_kernels(int device) {
   MOE_EP_CUDA_CHECK(preload_ll_node_kernels());
   MOE_EP_CUDA_CHECK(preload_symmetric_kernels());
   MOE_EP_CUDA_CHECK(preload_loopback_kernels());
-  for (const std::string& what : budget_overruns()) {
+  const std::vector<std::string> overruns = budget_overruns();
+  for (size_t i = overruns_before; i < overruns.size(); ++i) {
     MOE_EP_LOG(LogLevel::kWarn,
                "a kernel of the library does not fit its SM budget's blocks per SM"
                " (Policy, policy.h) on device ",
-               device, ": ", what);
+               device, ": ", overruns[i]);
   }
   const size_t local_bytes = largest_local_bytes.load();
   if (!reserve_local_memory(local_bytes)) {
