@@ -6,7 +6,7 @@
 # Tickets still go out in order (a waiting reduce holds only later tickets). ptxas (here):
 # normal-mode combine_kernel unchanged but int8_e3m4 whole rows (28/32 -> 56/44 bytes of
 # spills); ll_combine bf16 in place 0 -> 28/16, fp8 blockwise in place 24/20 -> 36/24.
-# Predicted (run J, v35: the decode combine's ticket atomics 12.6% of its warp samples at 128
+# Predicted (run J, v35: the decode combine's ticket atomic 7.6% of its warp samples at 128
 # tokens; every warp there has one item, then one more ticket to learn that none is left):
 # decode combine at 128 and 256 tokens 0.5-1.5 us faster, at 1 token less; normal-mode combine
 # at 4096 tokens (about 4 items a warp, 5 round trips) 1-4 us faster, int8_e3m4 maybe slower.
