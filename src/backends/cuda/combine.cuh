@@ -399,6 +399,7 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
                           p.step,
                           p.timeout_ns,
                           p.err};
+  const int64_t last_wave = total - c.num_warps;
   while (true) {
     const int64_t item = take_ticket(&p.tickets[0], c.lane);
     if (item >= total) break;
@@ -449,9 +450,8 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
       }
       if (!done) break;  // reported; the other warps see the flag and stop too
     }
-    // The last item's warp knows no item is left: it skips the ticket that would tell it so (a
-    // round trip at the end of the kernel's longest path).
-    if (item == total - 1) break;
+    // An item of the last wave: no ticket after it (last_wave_of_tickets, data_common.cuh).
+    if (item >= last_wave) break;
   }
   // The last warp out resets the tickets for the op's next combine.
   if (c.lane == 0 && atomicAdd(&p.tickets[1], 1u) == static_cast<unsigned int>(c.num_warps) - 1) {
