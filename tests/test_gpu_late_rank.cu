@@ -5,7 +5,7 @@
 // reference, in decode mode and in normal mode, at DeepSeek-V3's hidden size and 128 tokens a
 // rank (grids as large as the budget allows), at world sizes 2, 4 and 8 with the world's budgets,
 // and across nodes (W = 8 in nodes of 4, W = 4 in nodes of 2: the world's domains).
-// It makes the one-GPU world's intermittent stall (docs/perf-notes.md, v34) happen every time
+// It makes the one-GPU world's intermittent stall (docs/perf-history.md, v34) happen every time
 // with the budgets the world gave before (a late rank is what the stall needs).
 #include <gtest/gtest.h>
 

@@ -3,7 +3,7 @@
 // many blocks on one SM of this GPU, with its registers and shared memory as compiled
 // (load_budgeted_kernel, cudaOccupancyMaxActiveBlocksPerMultiprocessor). A kernel whose register
 // count grows past what its policy assumes fails here instead of silently holding more SMs than
-// an op's num_sms (v34 in docs/perf-notes.md).
+// an op's num_sms (v34 in docs/perf-history.md).
 #include <gtest/gtest.h>
 
 #include <string>

@@ -482,7 +482,7 @@ cudaError_t load_kernel(Kernel* kernel) {
 // (cudaOccupancyMaxActiveBlocksPerMultiprocessor), as the SM budget assumes: a budget of N SMs
 // launches at most N * blocks_per_sm of them (Policy). A kernel that does not fit is noted
 // (note_budget_overrun) and named by preload_kernels' warning and budget_overruns(): its
-// launches can hold more SMs than the budget (v34 in docs/perf-notes.md: count_kernel's
+// launches can hold more SMs than the budget (v34 in docs/perf-history.md: count_kernel's
 // 1024-thread blocks at 64 registers were counted two an SM).
 void note_budget_overrun(const std::string& what);
 template <typename Kernel>

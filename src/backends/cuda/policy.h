@@ -55,7 +55,7 @@ using Policy = Sm90Policy;
 // (programmatic dependent launch; a count kernel's whole-SM blocks are b since v35); with two
 // calls in flight on two streams (two micro-batches) twice that, each block on an SM of its own
 // at worst.
-// So (W - 1) * (4b + 2) <= sms - 1 (single_gpu_world_leaves_an_sm). v34 (docs/perf-notes.md):
+// So (W - 1) * (4b + 2) <= sms - 1 (single_gpu_world_leaves_an_sm). v34 (docs/perf-history.md):
 // with one rank 300 ms late, decode at W = 8 with b = 16 and at W = 4 with b = 32
 // (floor(sms / W), the rule before) timed out every time; b = 8 and 4 (W = 8), 16 and 8 (W = 4)
 // completed. One rank takes the whole GPU; at least 1 SM, even where the rule gives less
