@@ -5,6 +5,8 @@
 // kernel scans a part in one block scan and takes its rows from that scan's total).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "backends/cuda/notify_parts.h"
 
 namespace moe_ep::cuda_backend {
@@ -40,6 +42,36 @@ TEST(NotifyParts, SmallCallsKeepOnePartAndLargeOnesSplit) {
   EXPECT_EQ(notify_parts(4096), kNotifyMaxParts);
   EXPECT_EQ(notify_parts(kNotifyMaxParts * kNotifyChunkTokens), kNotifyMaxParts);
   EXPECT_EQ(notify_parts(kNotifyMaxParts * kNotifyChunkTokens + 1), 1);
+}
+
+// count_kernel's scan blocks (count_scan_blocks): at world size 1 and 32 SMs with 4096 tokens
+// (8 sender parts and the receiver) the scan leaves notify its 9 blocks; with more tickets than
+// half the budget, or in validation mode, it takes every block, as before v36; always at least
+// one block, and never so many that a ticket fitting in half the budget waits for a share.
+TEST(NotifyParts, CountScanLeavesNotifyItsBlocksWhereTheyFitInHalfTheBudget) {
+  const int tickets_4096 = 1 * notify_parts(4096) + 1;
+  EXPECT_EQ(tickets_4096, 9);
+  EXPECT_EQ(count_scan_blocks(tickets_4096, 32, false), 23);
+  EXPECT_EQ(count_scan_blocks(tickets_4096, 32, true), 32);
+  EXPECT_EQ(count_scan_blocks(2 * notify_parts(4096) + 1, 32, false), 32);  // 17 > 16
+  EXPECT_EQ(count_scan_blocks(16, 32, false), 16);
+  EXPECT_EQ(count_scan_blocks(2, 1, false), 1);
+  for (int max_blocks = 0; max_blocks <= 132; ++max_blocks) {
+    for (int tickets = 1; tickets <= 64 * kNotifyMaxParts + 1; ++tickets) {
+      for (const bool validate : {false, true}) {
+        const int b = count_scan_blocks(tickets, max_blocks, validate);
+        ASSERT_GE(b, 1) << "max_blocks " << max_blocks << " tickets " << tickets;
+        ASSERT_LE(b, std::max(max_blocks, 1)) << "max_blocks " << max_blocks;
+        if (!validate && 2 * tickets <= max_blocks) {
+          ASSERT_EQ(b + tickets, max_blocks)
+              << "max_blocks " << max_blocks << " tickets " << tickets;
+        } else {
+          ASSERT_EQ(b, std::max(max_blocks, 1))
+              << "max_blocks " << max_blocks << " tickets " << tickets << " validate " << validate;
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

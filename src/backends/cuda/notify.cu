@@ -45,16 +45,10 @@ cudaError_t launch_count(CountParams c, int max_blocks, cudaStream_t stream) {
   static_assert(Policy::kNotifyThreads >= Policy::kMaxPeers, "the step block: a thread a peer");
   c.notify.step = c.step.step;
   c.notify.phase = kNotifyAll;
-  // As many shares as blocks at most (v28 run T: 4 items a thread, 8 shares at 4096 tokens,
-  // cost the dispatch 4-6 us). Outside validation mode the shares also leave notify's tickets
-  // blocks of their own where the budget allows (v36 run N: at 4096 tokens and 32 SMs, 30
-  // shares instead of 32 made the dispatch 0.8-2.9 us faster in 5 of 6 comparisons and level
-  // in the sixth, its tickets no longer waiting for a share to end). Validation's shares scan x
-  // too and keep every block (30 of them: 280 us against 224).
-  const int scan_blocks =
-      c.scan.validate ? max_blocks : std::max(1, max_blocks - notify_tickets(c.notify));
-  c.scan_tickets = scan_shares(c.scan, Policy::kNotifyThreads, scan_blocks);
-  const int blocks = std::clamp(c.scan_tickets + notify_tickets(c.notify), 1, max_blocks);
+  const int tickets = notify_tickets(c.notify);
+  c.scan_tickets = scan_shares(c.scan, Policy::kNotifyThreads,
+                               count_scan_blocks(tickets, max_blocks, c.scan.validate));
+  const int blocks = std::clamp(c.scan_tickets + tickets, 1, max_blocks);
   return launch_following(c.scan.validate ? count_kernel<true> : count_kernel<false>, dim3(blocks),
                           dim3(Policy::kNotifyThreads), notify_smem(c.notify), stream, c);
 }
