@@ -399,7 +399,7 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
                           p.step,
                           p.timeout_ns,
                           p.err};
-  const int64_t last_wave = total - c.num_warps;
+  const int64_t last_wave = last_wave_of_tickets(total, c.num_warps);
   while (true) {
     const int64_t item = take_ticket(&p.tickets[0], c.lane);
     if (item >= total) break;
@@ -450,8 +450,7 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
       }
       if (!done) break;  // reported; the other warps see the flag and stop too
     }
-    // An item of the last wave: no ticket after it (last_wave_of_tickets, data_common.cuh).
-    if (item >= last_wave) break;
+    if (item >= last_wave) break;  // no ticket after the last wave's items
   }
   // The last warp out resets the tickets for the op's next combine.
   if (c.lane == 0 && atomicAdd(&p.tickets[1], 1u) == static_cast<unsigned int>(c.num_warps) - 1) {

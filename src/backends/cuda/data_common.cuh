@@ -31,18 +31,22 @@ struct WarpCoord {
 };
 
 // The next work item of this warp: lane 0 takes a ticket, every lane gets it.
-// last_wave_of_tickets: of N items on a grid of n warps (all of which take tickets), the last n
-// tickets, [N - n, N), are the last wave; a warp stops after the first last-wave item it
-// processes instead of taking the ticket that would tell it nothing is left (a round trip that
-// every warp made at about the same time, on one counter). Every item is still taken: a warp
-// stops only after a last-wave item (distinct tickets: all n warps stopping so have taken the
-// whole wave) or at a ticket of N or more (taken after every ticket below N). A warp that skips
-// an item and goes on (a decode send for a token that did not come here) may take several
-// last-wave tickets; the warps left then go on to a ticket past N and stop there.
 __device__ __forceinline__ unsigned int take_ticket(unsigned int* counter, int lane) {
   unsigned int t = 0;
   if (lane == 0) t = atomicAdd(counter, 1u);
   return __shfl_sync(0xffffffffu, t, 0);
+}
+
+// The first item of the last wave of tickets: of N items (`end`) on a grid of n warps that all
+// take tickets, the last n, [N - n, N). A warp stops after the first last-wave item it processes
+// instead of taking the ticket that would tell it nothing is left (a round trip that every warp
+// made at about the same time, on one counter). Every item is still taken: a warp stops only
+// after a last-wave item (distinct tickets: all n warps stopping so have taken the whole wave)
+// or at a ticket of N or more (taken after every ticket below N). A warp that skips an item and
+// goes on (a decode send for a token that did not come here) may take several last-wave
+// tickets; the warps left then go on to a ticket past N and stop there.
+__device__ __forceinline__ int64_t last_wave_of_tickets(int64_t end, int64_t num_warps) {
+  return end - num_warps;
 }
 
 __device__ __forceinline__ WarpCoord warp_coord() {

@@ -178,9 +178,7 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
   const ReduceArgs reduce{self, p.layout, hidden, info.rank, p.out, tag, p.timeout_ns, p.err};
   // In place, this rank's part of its own tokens is summed by their reduces, never sent. A hooked
   // combine's receive part may run after y has changed, so its send part sends to this rank too.
-  // A warp stops after an item of the last wave (items from last_wave on) without another
-  // ticket: last_wave_of_tickets (data_common.cuh).
-  const int64_t last_wave = end - c.num_warps;
+  const int64_t last_wave = last_wave_of_tickets(end, c.num_warps);
   while (true) {
     const int64_t item = first + take_ticket(&p.tickets[0], c.lane);
     if (item >= end) break;
@@ -234,7 +232,7 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
       }
       if (!done) break;
     }
-    if (item >= last_wave) break;  // (last_wave, above)
+    if (item >= last_wave) break;  // no ticket after the last wave's items
   }
   // The last warp out resets the tickets for the next launch, which the op's order (stream or
   // graph) starts only after this one: the two parts of a hooked combine each count from 0. The
