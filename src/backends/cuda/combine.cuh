@@ -423,10 +423,10 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
         const OwnRowOfY own{p.y + (own_row >= 0 ? own_row : 0) * hidden, hidden};
         if (routes.mask == uint64_t{1} << p.info.rank) {  // no other rank's row to wait for
           if (token_slices == 1) {  // the bounds as constants: a runtime range spilled (int8)
-            // The row's steps after the first unrolled one hit L2 (prefetch_l2).
+            // The row's steps after the first unrolled one hit L2 (prefetch_l2), where the grid's
+            // rows in flight fit L2 (combine_prefetch_bytes, policy.h: 0 where not).
             if (c.lane == 0) {
-              prefetch_l2(own.row + kElemsPerWarpStep * kCombineUnroll,
-                          2 * (static_cast<int64_t>(hidden) - kElemsPerWarpStep * kCombineUnroll));
+              prefetch_l2(own.row + kElemsPerWarpStep * kCombineUnroll, p.prefetch_bytes);
             }
             if constexpr (kWholeRows) {
               reduce_own_row_whole<F, kCombineWholeSteps<F>>(own.row, p.out + t * hidden, hidden,

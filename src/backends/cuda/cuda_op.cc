@@ -29,6 +29,9 @@ CudaOp::CudaOp(std::shared_ptr<CudaComm> comm, const OpConfig& config, int num_s
       num_sms_(num_sms),
       data_blocks_(num_sms * Policy::kDataBlocksPerSm) {
   DeviceGuard guard(device_);
+  int l2_bytes = 0;
+  MOE_EP_CUDA_CHECK(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device_));
+  l2_bytes_ = l2_bytes;
   const formats::RowFormat dispatch_wire =
       formats::row_format(config.dispatch_dtype, config.hidden);
   const formats::RowFormat combine_wire = formats::row_format(config.combine_dtype, config.hidden);
@@ -504,6 +507,9 @@ void CudaOp::combine(const Handle& handle, const TensorView& y, const TensorView
       if (!nodes_.several()) {  // own rows summed in place
         cp.send_offset = send_offset_.get();
         cp.recv_from_self = recv_from_self_.get();
+        cp.prefetch_bytes =
+            combine_prefetch_bytes(data_blocks_, handle.num_tokens, config_.hidden, l2_bytes_,
+                                   config_.combine_dtype != CombineDtype::bf16);
       }
       MOE_EP_CUDA_CHECK(launch_combine(config_.combine_dtype, cp, data_blocks_, stream));
       if (nodes_.several()) combine_across_nodes(handle, out, stream);

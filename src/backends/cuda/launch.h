@@ -242,6 +242,10 @@ struct CombineParams {
   // Copy-engine path: [R, combine row bytes], where ce_combine_pack_kernel encodes the rows of y
   // bound for other ranks, at their received row index (copy_engine.cuh).
   char* ce_stage = nullptr;
+  // Own-only whole rows: the bytes of each row after its first unrolled step that lane 0 asks L2
+  // for first, or 0 where the grid's rows in flight would not fit L2 (combine_prefetch_bytes,
+  // policy.h).
+  int32_t prefetch_bytes = 0;
 };
 
 // Copy-engine path: thread q release-stores `value` at byte `offset` of rank q's buffer for every

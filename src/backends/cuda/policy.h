@@ -4,6 +4,7 @@
 // at info level (describe_policy).
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace moe_ep::cuda_backend {
@@ -67,6 +68,28 @@ inline int single_gpu_world_sms_per_rank(int sms, int world_size) {
   if (world_size <= 1) return sms;
   const int per_rank = ((sms - 1) / (world_size - 1) - 2) / 4;
   return per_rank >= 1 ? per_rank : 1;
+}
+
+// The bytes of each own-only whole row that the combine asks L2 for before its first step
+// (prefetch_l2, combine.cuh): the row after its first unrolled step, bf16, or 0 (no prefetch)
+// where the rows in flight, one a warp of the grid (or one a token when tokens are fewer), would
+// take more of L2 than the limit, for then prefetched lines are evicted before their loads come.
+// v37 run R (one H200, 60 MiB of L2, 4096 tokens of hidden 7168): at 132 SMs the bf16 combine
+// read 78.0 MB from HBM for 58.8 MB of y, against 58.8 MB at 32 SMs. Where the sides cross (runs
+// R and T, median of 20, two rounds; the share of L2 the rows take in brackets):
+//   bf16: the prefetch 3.6-4.7 us faster at 32 and 40 SMs (23%, 29%), 0-0.4 slower at 44 (32%),
+//     0.7-0.8 at 48 (35%), 1.3-1.6 at 56 (41%), 3.3-3.5 at 64 (47%), 4.9-6.0 at 132: a third;
+//   a combine that encodes (fp8, int8_e3m4; fp8 direct cast not measured), issue-bound at these
+//     budgets: the prefetch 2.1-9.0 us faster from 32 to 56 SMs, 0.4-2.4 slower at 64 and 5.9-7.2
+//     at 132: 7/16 of L2, between 41% and 47%.
+inline int32_t combine_prefetch_bytes(int data_blocks, int64_t num_tokens, int hidden,
+                                      int64_t l2_bytes, bool encodes) {
+  const int64_t warps = static_cast<int64_t>(data_blocks) * (Policy::kDataThreads / 32);
+  const int64_t rows = num_tokens < warps ? num_tokens : warps;
+  const int64_t bytes = rows * hidden * 2;
+  const bool fits = encodes ? 16 * bytes <= 7 * l2_bytes : 3 * bytes <= l2_bytes;
+  const int rest = hidden - Policy::kElemsPerWarpStep * Policy::kUnroll;
+  return fits && rest > 0 ? 2 * rest : 0;
 }
 
 inline std::string describe_policy() {
