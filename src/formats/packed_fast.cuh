@@ -310,6 +310,13 @@ __device__ __forceinline__ void int8_e3m4_fast(const uint4& v, uint32_t amax_bit
   if (amax_bits == 0) params = F::Params{};
 }
 
+// Whether any of one lane's 8 bf16 values is Inf or NaN (its exponent field all ones).
+__device__ __forceinline__ bool lane_has_inf_or_nan(const uint4& v) {
+  constexpr uint32_t kExp = 0x7f807f80u;
+  return (__vcmpeq2(v.x & kExp, kExp) | __vcmpeq2(v.y & kExp, kExp) | __vcmpeq2(v.z & kExp, kExp) |
+          __vcmpeq2(v.w & kExp, kExp)) != 0;
+}
+
 // One lane's 8 values of a row in wire format F, with their block's parameters. All 32 lanes
 // must call it. The fast paths give the bits of lane_block_params + lane_encode.
 template <typename F>
@@ -327,11 +334,8 @@ __device__ __forceinline__ void encode_lane(const uint4& v, LaneWord<F>& word,
   } else if constexpr (std::is_same_v<F, Fp8DirectWire>) {
     // Inf must become NaN (the scalar rule), which satfinite would not do: such lanes (rare)
     // take the scalar encode, which needs no shuffle for a format without blocks.
-    constexpr uint32_t kExp = 0x7f807f80u;
-    const uint32_t special = __vcmpeq2(v.x & kExp, kExp) | __vcmpeq2(v.y & kExp, kExp) |
-                             __vcmpeq2(v.z & kExp, kExp) | __vcmpeq2(v.w & kExp, kExp);
     params = F::block_params(0.0f, false);
-    word = special != 0 ? lane_encode<F>(v, params) : e4m3x8(v, 1.0f);
+    word = lane_has_inf_or_nan(v) ? lane_encode<F>(v, params) : e4m3x8(v, 1.0f);
   } else if constexpr (std::is_same_v<F, Mxfp4Wire>) {
     const uint32_t a = block_amax_bits<F::kBlock / kElemsPerLane>(v);
     if (__all_sync(0xffffffffu, mxfp4_by_steps(a))) {

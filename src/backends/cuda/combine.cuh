@@ -238,6 +238,18 @@ __device__ __forceinline__ uint4 own_round_trip(const uint4& v) {
   return lane_pack_bf16(acc);
 }
 
+// own_round_trip for fp8 direct cast: a lane with no Inf or NaN among its values is cast with
+// satfinite (encode_lane), so its codes and sums are finite and pack without the NaN tests.
+__device__ __forceinline__ uint4 own_round_trip_direct(const uint4& v) {
+  using F = formats::Fp8DirectWire;
+  float acc[kElemsPerLane];
+#pragma unroll
+  for (int j = 0; j < kElemsPerLane; ++j) acc[j] = 0.0f;
+  formats::lane_round_trip_add<F>(v, true, acc);
+  return formats::lane_has_inf_or_nan(v) ? lane_pack_bf16(acc)
+                                         : formats::lane_pack_bf16_no_nan(acc);
+}
+
 // reduce_own_row_only for a whole row of fp8 blockwise whose hidden is a multiple of
 // kWholeSteps warp steps (7168 is): the same bits without the per-step bounds tests, the zeroed
 // loads past the row and 64-bit element indices, and with one fast-range vote (fp8_by_table) for kWholeSteps steps
@@ -271,7 +283,9 @@ __device__ __forceinline__ void reduce_own_row_whole_fp8(const uint16_t* row, ui
         const uint32_t a = u % 2 == 0 ? amax[u / 2] & 0xffffu : amax[u / 2] >> 16;
         const F::Params params = formats::fp8_block_params_by_table(a);
         formats::lane_decode_from_zero(formats::e4m3x8(v[u], params.inv), params.stored, acc);
-        *reinterpret_cast<uint4*>(out_row + base + u * kElemsPerWarpStep) = lane_pack_bf16(acc);
+        // Finite codes times a scale of the fast range: no NaN to replace.
+        *reinterpret_cast<uint4*>(out_row + base + u * kElemsPerWarpStep) =
+            formats::lane_pack_bf16_no_nan(acc);
       }
     } else {
 #pragma unroll
@@ -318,10 +332,13 @@ __device__ __forceinline__ void reduce_own_row_whole(const uint16_t* row, uint16
             // 0 + value, as lane_round_trip_add sums into zeros: a -0 comes out +0.
 #pragma unroll
             for (int j = 0; j < kElemsPerLane; ++j) values[j] = 0.0f + values[j];
-            *reinterpret_cast<uint4*>(out) = lane_pack_bf16(values);
+            // Codes times a scale of the fast range: no NaN to replace.
+            *reinterpret_cast<uint4*>(out) = formats::lane_pack_bf16_no_nan(values);
           } else {
             own_round_trip_rare<F>(v[u], out);
           }
+        } else if constexpr (std::is_same_v<F, formats::Fp8DirectWire>) {
+          *reinterpret_cast<uint4*>(out) = own_round_trip_direct(v[u]);
         } else {
           *reinterpret_cast<uint4*>(out) = own_round_trip<F>(v[u]);  // every lane, as in the send
         }
