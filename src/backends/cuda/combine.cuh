@@ -17,15 +17,13 @@ namespace moe_ep::cuda_backend {
 
 inline constexpr int kCombineUnroll = Policy::kUnroll;
 // Warp steps of an own-only row loaded together on the whole-row path (reduce_own_row_whole):
-// fp8 blockwise 2 (one Inf/NaN vote for both; 4 spilled 20 bytes), int8/e3m4 2 (its rare steps
-// out of line, own_round_trip_rare: inline, the instantiation spilled 36 bytes; out of line 28,
-// which v27 run P measured as 0.1% of the kernel's instructions), bf16 and fp8 direct cast
-// kCombineUnroll as reduce_own_row_only.
+// kCombineUnroll (4) for every format. fp8 blockwise and int8/e3m4 took 2 until v37 (4 spilled
+// fp8's 20 bytes); once their fast paths packed without NaN tests (lane_pack_bf16_no_nan), 4
+// made the 4096-token combine at 32 SMs 7.5-8.1 us faster for fp8 (53.1-53.3 -> 45.2-45.6) and
+// 4.1-4.3 for int8_e3m4 (65.5-65.6 -> 61.2-61.5), v37 run V, with the same 20 bytes of fp8 spill
+// and int8's 36 (its rare steps out of line, own_round_trip_rare).
 template <typename F>
-inline constexpr int kCombineWholeSteps =
-    std::is_same_v<F, formats::Fp8BlockWire> || std::is_same_v<F, formats::Int8E3m4Wire>
-        ? 2
-        : kCombineUnroll;
+inline constexpr int kCombineWholeSteps = kCombineUnroll;
 
 // Encodes elements [begin, end) of one row of bf16 values, given lane by lane by `load(elem)`
 // (the 8 values starting at element `elem`, zeros past the row), into the combine wire format at
