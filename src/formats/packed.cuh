@@ -200,11 +200,20 @@ __device__ __forceinline__ void lane_decode_add(const LaneWord<F>& w, typename F
 }
 
 // Two floats to bf16 with the hardware's round-to-nearest-even (cvt.rn.bf16x2.f32, the same
-// rounding as float_to_bf16), NaN replaced by the reference's canonical 0x7fc0.
-__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+// rounding as float_to_bf16), for values that are never NaN: a fast-range round trip (a finite
+// code times a finite scale, plus zero). Without the NaN tests of pack_bf16x2, two per pair and
+// four to fix it up, which were 64 of the 229 instructions of the fp8 blockwise whole-row loop's
+// fast path for two warp steps (v37, SASS of combine_kernel).
+__device__ __forceinline__ uint32_t pack_bf16x2_no_nan(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   uint32_t u;
   memcpy(&u, &v, sizeof(u));
+  return u;
+}
+
+// pack_bf16x2_no_nan with NaN replaced by the reference's canonical 0x7fc0.
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+  uint32_t u = pack_bf16x2_no_nan(lo, hi);
   if (is_nan(lo)) u = (u & 0xffff0000u) | kBf16NaN;
   if (is_nan(hi)) u = (u & 0x0000ffffu) | (static_cast<uint32_t>(kBf16NaN) << 16);
   return u;
@@ -213,17 +222,6 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
 __device__ __forceinline__ uint4 lane_pack_bf16(const float (&acc)[kElemsPerLane]) {
   return make_uint4(pack_bf16x2(acc[0], acc[1]), pack_bf16x2(acc[2], acc[3]),
                     pack_bf16x2(acc[4], acc[5]), pack_bf16x2(acc[6], acc[7]));
-}
-
-// lane_pack_bf16 of values that are never NaN (a fast-range round trip: a finite code times a
-// finite scale, plus zero): the same bits without the NaN tests, two per pair and four to fix
-// it up, which were 64 of the 229 instructions of the fp8 blockwise whole-row loop's fast path
-// for two warp steps (v37, SASS of combine_kernel).
-__device__ __forceinline__ uint32_t pack_bf16x2_no_nan(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  uint32_t u;
-  memcpy(&u, &v, sizeof(u));
-  return u;
 }
 
 __device__ __forceinline__ uint4 lane_pack_bf16_no_nan(const float (&acc)[kElemsPerLane]) {
