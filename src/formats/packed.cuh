@@ -199,6 +199,13 @@ __device__ __forceinline__ void lane_decode_add(const LaneWord<F>& w, typename F
   }
 }
 
+// Whether any of one lane's 8 bf16 values is Inf or NaN (its exponent field all ones).
+__device__ __forceinline__ bool lane_has_inf_or_nan(const uint4& v) {
+  constexpr uint32_t kExp = 0x7f807f80u;
+  return (__vcmpeq2(v.x & kExp, kExp) | __vcmpeq2(v.y & kExp, kExp) | __vcmpeq2(v.z & kExp, kExp) |
+          __vcmpeq2(v.w & kExp, kExp)) != 0;
+}
+
 // Two floats to bf16 with the hardware's round-to-nearest-even (cvt.rn.bf16x2.f32, the same
 // rounding as float_to_bf16), for values that are never NaN: a fast-range round trip (a finite
 // code times a finite scale, plus zero). Without the NaN tests of pack_bf16x2, two per pair and

@@ -310,13 +310,6 @@ __device__ __forceinline__ void int8_e3m4_fast(const uint4& v, uint32_t amax_bit
   if (amax_bits == 0) params = F::Params{};
 }
 
-// Whether any of one lane's 8 bf16 values is Inf or NaN (its exponent field all ones).
-__device__ __forceinline__ bool lane_has_inf_or_nan(const uint4& v) {
-  constexpr uint32_t kExp = 0x7f807f80u;
-  return (__vcmpeq2(v.x & kExp, kExp) | __vcmpeq2(v.y & kExp, kExp) | __vcmpeq2(v.z & kExp, kExp) |
-          __vcmpeq2(v.w & kExp, kExp)) != 0;
-}
-
 // One lane's 8 values of a row in wire format F, with their block's parameters. All 32 lanes
 // must call it. The fast paths give the bits of lane_block_params + lane_encode.
 template <typename F>

@@ -233,19 +233,12 @@ __device__ __forceinline__ uint4 own_round_trip(const uint4& v) {
 #pragma unroll
   for (int j = 0; j < kElemsPerLane; ++j) acc[j] = 0.0f;
   formats::lane_round_trip_add<F>(v, true, acc);
+  // fp8 direct cast: a lane with no Inf or NaN among its values is cast with satfinite
+  // (encode_lane), so its codes and sums are finite and pack without the NaN tests.
+  if constexpr (std::is_same_v<F, formats::Fp8DirectWire>) {
+    if (!formats::lane_has_inf_or_nan(v)) return formats::lane_pack_bf16_no_nan(acc);
+  }
   return lane_pack_bf16(acc);
-}
-
-// own_round_trip for fp8 direct cast: a lane with no Inf or NaN among its values is cast with
-// satfinite (encode_lane), so its codes and sums are finite and pack without the NaN tests.
-__device__ __forceinline__ uint4 own_round_trip_direct(const uint4& v) {
-  using F = formats::Fp8DirectWire;
-  float acc[kElemsPerLane];
-#pragma unroll
-  for (int j = 0; j < kElemsPerLane; ++j) acc[j] = 0.0f;
-  formats::lane_round_trip_add<F>(v, true, acc);
-  return formats::lane_has_inf_or_nan(v) ? lane_pack_bf16(acc)
-                                         : formats::lane_pack_bf16_no_nan(acc);
 }
 
 // reduce_own_row_only for a whole row of fp8 blockwise whose hidden is a multiple of
@@ -335,8 +328,6 @@ __device__ __forceinline__ void reduce_own_row_whole(const uint16_t* row, uint16
           } else {
             own_round_trip_rare<F>(v[u], out);
           }
-        } else if constexpr (std::is_same_v<F, formats::Fp8DirectWire>) {
-          *reinterpret_cast<uint4*>(out) = own_round_trip_direct(v[u]);
         } else {
           *reinterpret_cast<uint4*>(out) = own_round_trip<F>(v[u]);  // every lane, as in the send
         }

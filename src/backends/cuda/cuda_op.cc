@@ -29,9 +29,7 @@ CudaOp::CudaOp(std::shared_ptr<CudaComm> comm, const OpConfig& config, int num_s
       num_sms_(num_sms),
       data_blocks_(num_sms * Policy::kDataBlocksPerSm) {
   DeviceGuard guard(device_);
-  int l2_bytes = 0;
-  MOE_EP_CUDA_CHECK(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device_));
-  l2_bytes_ = l2_bytes;
+  MOE_EP_CUDA_CHECK(cudaDeviceGetAttribute(&l2_bytes_, cudaDevAttrL2CacheSize, device_));
   const formats::RowFormat dispatch_wire =
       formats::row_format(config.dispatch_dtype, config.hidden);
   const formats::RowFormat combine_wire = formats::row_format(config.combine_dtype, config.hidden);

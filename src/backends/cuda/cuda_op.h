@@ -167,7 +167,7 @@ class CudaOp final : public OpBase {
   const int device_;
   const int num_sms_;      // SM budget
   const int data_blocks_;  // num_sms_ x Policy::kDataBlocksPerSm
-  int64_t l2_bytes_ = 0;   // the device's L2 (combine_prefetches_rows)
+  int l2_bytes_ = 0;       // the device's L2 (combine_prefetch_bytes)
   BufferLayout layout_;
   std::unique_ptr<SymmetricMemory> buffer_;
   // The peer table the call kernels get (publish): the buffer's, without the other nodes' ranks

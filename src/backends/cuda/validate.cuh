@@ -7,6 +7,7 @@
 
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/launch.h"
+#include "formats/packed.cuh"
 #include "formats/scalar.h"
 
 namespace moe_ep::cuda_backend {
@@ -34,13 +35,6 @@ __device__ __noinline__ inline void report_nonfinite_x(const uint16_t* x, ErrorS
   }
 }
 
-// Whether one of the 8 bf16 values in v has an all-ones exponent (Inf or NaN).
-__device__ __forceinline__ bool bf16x8_nonfinite(const uint4& v) {
-  constexpr uint32_t kExp = 0x7f807f80u;
-  return (__vcmpeq2(v.x & kExp, kExp) | __vcmpeq2(v.y & kExp, kExp) | __vcmpeq2(v.z & kExp, kExp) |
-          __vcmpeq2(v.w & kExp, kExp)) != 0;
-}
-
 // Validation mode's scan of x for non-finite values, share `part` of `parts`: 8 elements a
 // 16-byte load (x starts on a 16-byte boundary and its rows are whole 16-byte units: the API's
 // check_alignment and hidden % 8), kXLoads independent loads a thread in flight; an element is
@@ -63,7 +57,7 @@ __device__ inline void validate_x(const ValidateParams& p, int part, int parts) 
     }
 #pragma unroll
     for (int u = 0; u < kXLoads; ++u) {
-      if (bf16x8_nonfinite(v[u])) {
+      if (formats::lane_has_inf_or_nan(v[u])) {
         report_nonfinite_x(p.x_bf16, p.err, p.info.rank, p.info.hidden, (i + u * stride) * 8, 8);
       }
     }
