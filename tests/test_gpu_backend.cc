@@ -183,12 +183,13 @@ TEST(GpuBackend, WorldSizeOneEqualsCpu) {
 }
 
 // Blocks the kernels' fast encode paths do not take, among rows they do: a zero block, a block of
-// bf16 subnormals (mxfp4's fast path needs a maximum of at least 2^-126), the largest finite
-// bf16, and with `nonfinite` +Inf, -Inf, NaNs and a whole NaN block. Token t gets pattern t % 9
-// (8 leaves the row alone, 0 too but for the NaN block on odd t) in its slice of 1024 elements
-// (t / 9) % slices, at block offset (t / 3) % 8 of 128 elements inside it, so that at a hidden
-// size of a multiple of 1024 (the whole-slice path, dispatch.cuh) one odd block sends its whole
-// slice down the general path while its neighbours stay fast, and at other sizes the general
+// bf16 subnormals (mxfp4's fast path needs a maximum of at least 2^-126), the largest finite bf16,
+// and with `nonfinite` +Inf, -Inf, NaNs and a whole NaN block; and one the fast paths do take, a
+// block whose outlier of 128 makes int8/e3m4 pick e3m4 (its code energy is below the limit). Token
+// t gets pattern t % 9 (0 leaves the row alone but for the NaN block on odd t) in its slice of 1024
+// elements (t / 9) % slices, at block offset (t / 3) % 8 of 128 elements inside it, so that at a
+// hidden size of a multiple of 1024 (the whole-slice path, dispatch.cuh) one odd block sends its
+// whole slice down the general path while its neighbours stay fast, and at other sizes the general
 // kernel meets the same blocks.
 void plant_special_blocks(std::vector<std::vector<RankInput>>& rounds, bool nonfinite) {
   for (auto& round : rounds) {
@@ -221,6 +222,7 @@ void plant_special_blocks(std::vector<std::vector<RankInput>>& rounds, bool nonf
               block[64] = 0xffc1;
             }  // quiet NaNs, any payload
             break;
+          case 8: block[41] = 0x4300; break;  // 128 among values below 32: e3m4's block
           default: break;
         }
         if (t % 9 == 2) block[40] |= 0x8000;
@@ -231,16 +233,22 @@ void plant_special_blocks(std::vector<std::vector<RankInput>>& rounds, bool nonf
   }
 }
 
+// Every pair at three hidden sizes: 2048 and 7168 take the dispatch's whole slices, 1152 has a
+// 128-element tail. At the default SM budget the combine spreads 200 tokens' own rows over
+// several warps each; at 2 SMs (64 warps) a warp takes a whole row (combine_kernel's kWholeRows
+// path, reduce_own_row_whole, for the hidden sizes that are whole warp steps).
 void run_special_blocks(bool nonfinite) {
   const uint64_t seed = test_seed();
   const int world = cuda_device_count();
-  for (int hidden : {2048, 7168, 1152}) {  // whole slices, whole slices, a 128-element tail
+  for (const auto& [hidden, num_sms] :
+       std::vector<std::pair<int, int>>{{2048, 0}, {7168, 0}, {1152, 0}, {2048, 2}, {7168, 2}}) {
     for (const DtypePair& pair : all_pairs()) {
       OpConfig config;
       config.num_experts = 8 * world;
       config.hidden = hidden;
       config.topk = 3;
       config.max_tokens_per_rank = 200;
+      config.num_sms = num_sms;
       config.dispatch_dtype = pair.dispatch;
       config.combine_dtype = pair.combine;
       InputSpec spec{config, world, 0.1, -1, false};
@@ -248,7 +256,7 @@ void run_special_blocks(bool nonfinite) {
           make_inputs(spec, seed + hidden, std::vector<int64_t>(world, 200))};
       plant_special_blocks(rounds, nonfinite);
       SCOPED_TRACE("seed " + std::to_string(seed + hidden) + " pair " + pair_name(pair) +
-                   " hidden " + std::to_string(hidden));
+                   " hidden " + std::to_string(hidden) + " num_sms " + std::to_string(num_sms));
       const auto cpu = run_rounds(config, world, rounds);
       check_round(config, world, cpu[0], 1);
       const auto cuda = run_rounds_cuda(config, world, rounds);

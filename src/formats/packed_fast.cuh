@@ -235,9 +235,11 @@ __device__ __forceinline__ float rcp_normal(float s) {
 }
 
 // One lane's int8/e3m4 encode for a block in the fast range (see above), amax_bits its bf16 amax.
-// With kValues, values[j] is also element j's decoded value under the chosen code, the bits of
-// F::decode(code, word), taken from the encode's own sums, so a round trip in registers
-// (lane_round_trip_add) needs no decode. tests/test_gpu_formats.cu checks both variants against
+// With kValues, values[j] is also 0 + element j's decoded value under the chosen code, the bits
+// of 0 + F::decode(code, word), taken from the encode's own sums, so a round trip in registers
+// (lane_round_trip_add) needs no decode. The int8 values need no addition for it: q8 is never -0
+// (t8 - offset is +0 where they are equal), so q8 * s8 is never -0 either; the e3m4 values
+// carry x's sign and add the zero. tests/test_gpu_formats.cu checks both variants against
 // the trait on every bf16 in every position of a block.
 template <bool kValues = false>
 __device__ __forceinline__ void int8_e3m4_fast(const uint4& v, uint32_t amax_bits, uint2& word,
@@ -299,8 +301,8 @@ __device__ __forceinline__ void int8_e3m4_fast(const uint4& v, uint32_t amax_bit
         const float c = e3m4_rounding_offset(a);
         t3[j] = add_rn(a, c);
         if constexpr (kValues) {
-          // e3m4_to_float(code) * s3 with x's sign, -0 included.
-          values[4 * half + j] = copysignf(sub_rn(t3[j], c) * s3, x[j]);
+          // 0 + e3m4_to_float(code) * s3 with x's sign: a -0 comes out +0 (see below).
+          values[4 * half + j] = add_rn(0.0f, copysignf(sub_rn(t3[j], c) * s3, x[j]));
         }
       }
       codes[half] = low_bytes(t3[0], t3[1], t3[2], t3[3]) | sign_bytes(w0, w1);
@@ -436,6 +438,7 @@ __device__ __forceinline__ void lane_round_trip_add(const uint4& v, bool add,
       float values[kElemsPerLane];
       int8_e3m4_fast<true>(v, a, word, params, values);
       if (add) {
+        // acc + (0 + d) is acc + d for every acc but -0, which a sum from +0 never is.
 #pragma unroll
         for (int j = 0; j < kElemsPerLane; ++j) acc[j] = acc[j] + values[j];
       }

@@ -17,13 +17,19 @@ namespace moe_ep::cuda_backend {
 
 inline constexpr int kCombineUnroll = Policy::kUnroll;
 // Warp steps of an own-only row loaded together on the whole-row path (reduce_own_row_whole):
-// kCombineUnroll (4) for every format. fp8 blockwise and int8/e3m4 took 2 until v37 (4 spilled
-// fp8's 20 bytes); once their fast paths packed without NaN tests (lane_pack_bf16_no_nan), 4
-// made the 4096-token combine at 32 SMs 7.5-8.1 us faster for fp8 (53.1-53.3 -> 45.2-45.6) and
-// 4.1-4.3 for int8_e3m4 (65.5-65.6 -> 61.2-61.5), v37 run V, with the same 20 bytes of fp8 spill
-// and int8's 36 (its rare steps out of line, own_round_trip_rare).
+// 7 for bf16 and fp8 direct cast (7168 = 4 x 1792; 59 and 60 registers, no spill), 4
+// (kCombineUnroll) for fp8 blockwise and int8/e3m4. Measured at 4096 tokens and 32 SMs: fp8
+// blockwise and int8/e3m4 took 2 until v37 (4 spilled fp8's 20 bytes); once their fast paths
+// packed without NaN tests (lane_pack_bf16_no_nan), 4 made the combine 7.5-8.1 us faster for fp8
+// (53.1-53.3 -> 45.2-45.6) and 4.1-4.3 for int8_e3m4 (65.5-65.6 -> 61.2-61.5), v37 run V, with
+// the same 20 bytes of fp8 spill and int8's 36 (its rare steps out of line,
+// own_round_trip_rare); 8 spills both more (52 and 80 bytes). 7 instead of 4: direct cast
+// 44.4-44.5 -> 43.0-43.4 us, bf16 40.4-40.7 -> 40.0 (v38 run A).
 template <typename F>
-inline constexpr int kCombineWholeSteps = kCombineUnroll;
+inline constexpr int kCombineWholeSteps =
+    std::is_same_v<F, formats::Fp8DirectWire> || std::is_same_v<F, formats::Bf16Wire>
+        ? 7
+        : kCombineUnroll;
 
 // Encodes elements [begin, end) of one row of bf16 values, given lane by lane by `load(elem)`
 // (the 8 values starting at element `elem`, zeros past the row), into the combine wire format at
@@ -241,12 +247,12 @@ __device__ __forceinline__ uint4 own_round_trip(const uint4& v) {
   return lane_pack_bf16(acc);
 }
 
-// reduce_own_row_only for a whole row of fp8 blockwise whose hidden is a multiple of
-// kWholeSteps warp steps (7168 is): the same bits without the per-step bounds tests, the zeroed
-// loads past the row and 64-bit element indices, and with one fast-range vote (fp8_by_table) for kWholeSteps steps
-// instead of one a step (the dispatch's whole slices, v26, took 17% of the fp8 dispatch
-// kernel's instructions). After the vote each step is encoded, decoded and stored in turn, so
-// that only one step's code words and sums are live (kCombineWholeSteps).
+// reduce_own_row_only for a whole row of fp8 blockwise whose hidden is a multiple of kWholeSteps
+// warp steps (7168 is): the same bits without the per-step bounds tests, the zeroed loads past the
+// row and 64-bit element indices, and with one fast-range vote (fp8_by_table) for kWholeSteps steps
+// instead of one a step (the dispatch's whole slices, v26, took 17% of the fp8 dispatch kernel's
+// instructions). After the vote each step is encoded, decoded and stored in turn, so that only one
+// step's code words and sums are live (kCombineWholeSteps).
 template <int kWholeSteps>
 __device__ __forceinline__ void reduce_own_row_whole_fp8(const uint16_t* row, uint16_t* out_row,
                                                          int hidden, int lane) {
@@ -294,44 +300,50 @@ __device__ __noinline__ void own_round_trip_rare(uint4 v, uint16_t* out) {
   *reinterpret_cast<uint4*>(out) = own_round_trip<F>(v);
 }
 
-// reduce_own_row_only for a whole row of another format: the same per-step round trips,
-// without the per-step bounds tests, the zeroed loads past the row and 64-bit element indices;
-// int8/e3m4 with its fast-range round trip inline (lane_round_trip_add's, values summed into
-// zeros) and the rest out of line.
+// reduce_own_row_only for a whole row of another format (hidden a multiple of one warp step):
+// the same per-step round trips, without the per-step bounds tests, the zeroed loads past the row
+// and 64-bit element indices, kWholeSteps steps' loads in flight and the row's last steps (fewer
+// than kWholeSteps) one at a time; int8/e3m4 with its fast-range round trip inline
+// (lane_round_trip_add's, values summed into zeros) and the rest out of line.
 template <typename F, int kWholeSteps>
 __device__ __forceinline__ void reduce_own_row_whole(const uint16_t* row, uint16_t* out_row,
                                                      int hidden, int lane) {
   if constexpr (std::is_same_v<F, formats::Fp8BlockWire>) {
     reduce_own_row_whole_fp8<kWholeSteps>(row, out_row, hidden, lane);
   } else {
-    for (int base = lane * kElemsPerLane; base < hidden; base += kElemsPerWarpStep * kWholeSteps) {
+    // One warp step: the lane's values v, their round trip stored at out.
+    const auto step = [](const uint4& v, uint16_t* out) {
+      if constexpr (std::is_same_v<F, formats::Int8E3m4Wire>) {
+        const uint32_t a = formats::block_amax_bits<F::kBlock / kElemsPerLane>(v);
+        if (__all_sync(0xffffffffu, formats::int8_e3m4_in_fast_range(a))) {
+          typename F::Params params;
+          LaneWord<F> word;
+          float values[kElemsPerLane];
+          // 0 + value, as lane_round_trip_add sums into zeros: the fast path's values.
+          formats::int8_e3m4_fast<true>(v, a, word, params, values);
+          // Codes times a scale of the fast range: no NaN to replace.
+          *reinterpret_cast<uint4*>(out) = formats::lane_pack_bf16_no_nan(values);
+        } else {
+          own_round_trip_rare<F>(v, out);
+        }
+      } else {
+        *reinterpret_cast<uint4*>(out) = own_round_trip<F>(v);  // every lane, as in the send
+      }
+    };
+    constexpr int kGroup = kElemsPerWarpStep * kWholeSteps;
+    const int groups_end = hidden - hidden % kGroup;
+    int base = lane * kElemsPerLane;  // (below groups_end for every lane or none)
+    for (; base < groups_end; base += kGroup) {
       uint4 v[kWholeSteps];
 #pragma unroll
       for (int u = 0; u < kWholeSteps; ++u) {
         v[u] = load_stream(reinterpret_cast<const uint4*>(row + base + u * kElemsPerWarpStep));
       }
 #pragma unroll
-      for (int u = 0; u < kWholeSteps; ++u) {
-        uint16_t* out = out_row + base + u * kElemsPerWarpStep;
-        if constexpr (std::is_same_v<F, formats::Int8E3m4Wire>) {
-          const uint32_t a = formats::block_amax_bits<F::kBlock / kElemsPerLane>(v[u]);
-          if (__all_sync(0xffffffffu, formats::int8_e3m4_in_fast_range(a))) {
-            typename F::Params params;
-            LaneWord<F> word;
-            float values[kElemsPerLane];
-            formats::int8_e3m4_fast<true>(v[u], a, word, params, values);
-            // 0 + value, as lane_round_trip_add sums into zeros: a -0 comes out +0.
-#pragma unroll
-            for (int j = 0; j < kElemsPerLane; ++j) values[j] = 0.0f + values[j];
-            // Codes times a scale of the fast range: no NaN to replace.
-            *reinterpret_cast<uint4*>(out) = formats::lane_pack_bf16_no_nan(values);
-          } else {
-            own_round_trip_rare<F>(v[u], out);
-          }
-        } else {
-          *reinterpret_cast<uint4*>(out) = own_round_trip<F>(v[u]);  // every lane, as in the send
-        }
-      }
+      for (int u = 0; u < kWholeSteps; ++u) step(v[u], out_row + base + u * kElemsPerWarpStep);
+    }
+    for (; base < hidden; base += kElemsPerWarpStep) {
+      step(load_stream(reinterpret_cast<const uint4*>(row + base)), out_row + base);
     }
   }
 }
@@ -362,16 +374,16 @@ __device__ __forceinline__ void send_received_row(const CombineParams& p, int64_
       p.step, lane);
 }
 
-// kOwnInPlace (one node): this rank's rows of its own tokens are not sent to itself; each of
-// those tokens' reduce reads its row of y and encodes and decodes it in registers
-// (reduce_combine_range with OwnRowOfY), the same bits without the buffer's write and read, the
-// system fence and the flag (docs/perf-history.md, v18). Those rows, [send_offset[rank],
-// + recv_from_self) of y (received rows are grouped by source), take no send ticket: the send
-// items are the other rows (at world size 1 none; v22 took a ticket and read the source of
-// each row to skip it). Several nodes: every row is sent (the node path sums elsewhere).
-// kWholeRows (combine_whole_rows: one node, hidden a multiple of kCombineWholeSteps<F> warp
-// steps): own-only rows take reduce_own_row_whole, in an instantiation of its own (for fp8
-// blockwise in the general one, both paths side by side spilled 28 bytes).
+// kOwnInPlace (one node): this rank's rows of its own tokens are not sent to itself; each of those
+// tokens' reduce reads its row of y and encodes and decodes it in registers (reduce_combine_range
+// with OwnRowOfY), the same bits without the buffer's write and read, the system fence and the flag
+// (docs/perf-history.md, v18). Those rows, [send_offset[rank], + recv_from_self) of y (received
+// rows are grouped by source), take no send ticket: the send items are the other rows (at world
+// size 1 none; v22 took a ticket and read the source of each row to skip it). Several nodes: every
+// row is sent (the node path sums elsewhere). kWholeRows (combine_whole_rows: one node, hidden a
+// multiple of one warp step, of kCombineWholeSteps for fp8 blockwise): own-only rows take
+// reduce_own_row_whole, in an instantiation of its own (for fp8 blockwise in the general one, both
+// paths side by side spilled 28 bytes).
 template <typename F, bool kOwnInPlace, bool kWholeRows = false>
 __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm)
     combine_kernel(CombineParams p) {
@@ -468,8 +480,10 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
 // Whether a combine takes combine_kernel's kWholeRows instantiation.
 template <typename F>
 inline bool combine_whole_rows(const CombineParams& p) {
+  // fp8 blockwise votes once for a group of kCombineWholeSteps steps: whole groups only.
+  constexpr int kMultiple = std::is_same_v<F, formats::Fp8BlockWire> ? kCombineWholeSteps<F> : 1;
   return p.send_offset != nullptr && !p.nodes.several() &&
-         p.info.hidden % (kElemsPerWarpStep * kCombineWholeSteps<F>) == 0;
+         p.info.hidden % (kElemsPerWarpStep * kMultiple) == 0;
 }
 
 }  // namespace moe_ep::cuda_backend
