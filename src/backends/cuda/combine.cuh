@@ -23,8 +23,8 @@ inline constexpr int kCombineUnroll = Policy::kUnroll;
 // packed without NaN tests (lane_pack_bf16_no_nan), 4 made the combine 7.5-8.1 us faster for fp8
 // (53.1-53.3 -> 45.2-45.6) and 4.1-4.3 for int8_e3m4 (65.5-65.6 -> 61.2-61.5), v37 run V, with
 // the same 20 bytes of fp8 spill and int8's 36 (its rare steps out of line,
-// own_round_trip_rare); 8 spills both more (52 and 80 bytes). 7 instead of 4: direct cast
-// 44.4-44.5 -> 43.0-43.4 us, bf16 40.4-40.7 -> 40.0 (v38 run A).
+// own_round_trip_rare); 8 would spill 52 bytes for fp8 and 80 for int8 (ptxas). 7 instead of 4:
+// direct cast 44.4-44.5 -> 43.0-43.4 us, bf16 40.4-40.7 -> 40.0 (v38 run A).
 template <typename F>
 inline constexpr int kCombineWholeSteps =
     std::is_same_v<F, formats::Fp8DirectWire> || std::is_same_v<F, formats::Bf16Wire>
