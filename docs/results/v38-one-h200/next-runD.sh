@@ -5,12 +5,14 @@
 # fp8 blockwise's 45 at 4096 tokens. ncu's warp states and source counters for the combine kernel
 # of int8_e3m4 and of fp8 blockwise (the whole-row instantiation, one launch each, after a bf16
 # dispatch), with -lineinfo, then the 25 hottest SASS lines of each (v23's hotspots.py).
-# And one guess at the answer, P = main + next-l1-prefetch.patch: each whole-row group asks L1
-# for the next group's lines (prefetch.global.L1, no register held; ptxas: no new spill, bf16 and
-# direct cast 59 -> 64 registers) before it works on the current one, in case each group waits
-# for its loads from L2 (the row is in L2 from the row's prefetch) with nothing else in flight.
-# Predicted, if so: int8_e3m4 59 -> 50-54 us at 32 SMs, fp8 45 -> 41-43, bf16 and direct cast
-# 1-2 us; nothing at 132 SMs.
+# And one guess at the answer, P = main + next-l1-prefetch.patch: each whole-row group of the
+# combine asks L1 for the next group's lines (prefetch.global.L1, no register held; ptxas: no new
+# spill, bf16 and direct cast 59 -> 64 registers) before it works on the current one, in case
+# each group waits for its loads from L2 (the row is in L2 from the row's prefetch) with nothing
+# else in flight; the dispatch's slices do the same for the row's next slice (whole slices and
+# bf16's one-node path; ptxas: no new spill). Predicted, if so: combine int8_e3m4 59 -> 50-54 us
+# at 32 SMs, fp8 45 -> 41-43, bf16 and direct cast 1-2 us; dispatch 0-8 us (v25's L2 prefetch of
+# the dispatch rows gained nothing); nothing at 132 SMs.
 #   bash docs/results/v38-one-h200/next-runD.sh      (logs to $OUT)
 set -u
 T0=$(date +%s)
@@ -27,15 +29,6 @@ rm -rf tmp-gpu && mkdir -p tmp-gpu/P && tar -c $SRC | tar -x -C tmp-gpu/P
 cmake --build build/gpu -j9 --target moe-ep > $OUT/build.log 2>&1 || { tail -40 $OUT/build.log; exit 1; }
 wait
 t built
-B="bench --backend cuda --ranks 1 --tokens 4096 --num-sms 32,132 --dispatch-dtype bf16 --combine-dtype bf16,fp8,fp8_direct_cast,int8_e3m4 --iters 20 --warmup 3"
-for r in 1 2; do for v in . tmp-gpu/P; do
-  echo "== $v combine $r"; timeout 40 $v/build/gpu/tools/moe-ep $B
-done; done > $OUT/bench.log 2>&1
-grep -E "^==|^ +[0-9]+ +|wrong|rror" $OUT/bench.log
-t bench
-BT=$(find tmp-gpu/P/build/gpu -name test_gpu_backend -type f | head -1)
-MOE_EP_TIMEOUT_S=10 timeout 100 $BT --gtest_filter='GpuBackend.ExtremeFinite*:GpuBackend.AllPairs*' > $OUT/tests-P.log 2>&1; echo "P tests rc $?"
-t tests
 M=build/gpu/tools/moe-ep
 S="--section WarpStateStats --section SchedulerStats --section SourceCounters --section SpeedOfLight --section Occupancy --import-source yes -c 1 -s 3 -f"
 mkdir -p $OUT/s
@@ -48,4 +41,13 @@ for dt in int8_e3m4 fp8; do
   grep -E "combine_kernel|Duration|Executed Instructions|Issue Slots Busy|Stall|Warp Cycles Per|Eligible|Achieved Occupancy|DRAM Throughput" $OUT/details-$dt.txt | head -40
 done
 rm -rf $OUT/s
+t ncu
+B="bench --backend cuda --ranks 1 --tokens 4096 --num-sms 32,132 --dispatch-dtype bf16,fp8,fp4 --combine-dtype bf16,fp8,fp8_direct_cast,int8_e3m4 --iters 20 --warmup 3"
+for r in 1 2; do for v in . tmp-gpu/P; do
+  echo "== $v round $r"; timeout 70 $v/build/gpu/tools/moe-ep $B
+done; done > $OUT/bench.log 2>&1
+grep -E "^==|^ +[0-9]+ +|wrong|rror" $OUT/bench.log
+t bench
+BT=$(find tmp-gpu/P/build/gpu -name test_gpu_backend -type f | head -1)
+MOE_EP_TIMEOUT_S=10 timeout $(( 590 - $(date +%s) + T0 )) $BT --gtest_filter='GpuBackend.ExtremeFinite*:GpuBackend.AllPairs*' > $OUT/tests-P.log 2>&1; echo "P tests rc $?"
 t end
