@@ -87,6 +87,13 @@ __device__ __forceinline__ void stage_metadata(const DispatchParams& p, char* ro
   if (lane == 0) *reinterpret_cast<int32_t*>(row + s.meta) = static_cast<int32_t>(t);
 }
 
+// Whether each warp of the dispatch kernel takes whole rows, slice after slice (the tokens alone
+// fill at least half the grid's warps), rather than 1024-element slices of the rows. Computed
+// where it is needed rather than held: the kernel sits at its cap of 64 registers.
+__device__ __forceinline__ bool warp_takes_whole_rows(const DispatchParams& p) {
+  return 2 * p.num_tokens >= warp_coord().num_warps;
+}
+
 // Sender role, payload from bf16: encode the slice [begin, begin + 1024) of row t (clipped to
 // the row) 256 elements a step, each step once, and store it to every destination. With one
 // node the slice is stored destination by destination, the destination's row and base found
@@ -133,6 +140,14 @@ __device__ __forceinline__ void send_encoded(const DispatchParams& p, const Recv
     }
   } else if constexpr (F::kBitsPerElem == 16 && !kNodes) {  // bf16: the payload is the input
     const int64_t first_elem = begin + lane * kElemsPerLane;
+    // The row's next slice into L1 while this one is stored, when this warp takes it next.
+    if (warp_takes_whole_rows(p)) {
+#pragma unroll
+      for (int u = 0; u < kDispatchUnroll; ++u) {
+        const int64_t next = first_elem + kDispatchSliceElems + u * kElemsPerWarpStep;
+        if (next < hidden) prefetch_l1(src + next);
+      }
+    }
     const auto store_slice = [&](char* payload_row) {
 #pragma unroll
       for (int u = 0; u < kDispatchUnroll; ++u) {
@@ -188,6 +203,14 @@ __device__ __forceinline__ void send_encoded_whole(const DispatchParams& p, cons
 #pragma unroll
   for (int u = 0; u < kDispatchUnroll; ++u) {
     v[u] = load_stream(reinterpret_cast<const uint4*>(src + u * kElemsPerWarpStep));
+  }
+  // The row's next slice into L1 while this one is encoded and stored, when this warp takes it
+  // next.
+  if (begin + kDispatchSliceElems < hidden && warp_takes_whole_rows(p)) {
+#pragma unroll
+    for (int u = 0; u < kDispatchUnroll; ++u) {
+      prefetch_l1(src + kDispatchSliceElems + u * kElemsPerWarpStep);
+    }
   }
   LaneWord<F> words[kDispatchUnroll];
   typename F::Scale stored[kDispatchUnroll];
@@ -281,7 +304,7 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
   // slices otherwise (docs/perf-notes.md: slices help small batches, cost large ones).
   const int64_t row_slices =
       kPrequantized ? 1 : (info.hidden + kDispatchSliceElems - 1) / kDispatchSliceElems;
-  const int64_t slices_per_item = 2 * p.num_tokens >= c.num_warps ? row_slices : 1;
+  const int64_t slices_per_item = warp_takes_whole_rows(p) ? row_slices : 1;
   const int64_t items_per_row = row_slices / slices_per_item;  // 1 or row_slices
   for (int64_t item = c.warp; item < p.num_tokens * items_per_row; item += c.num_warps) {
     const int64_t t = item / items_per_row;
