@@ -3,15 +3,16 @@
 # of a 4096-token dispatch at 32 SMs go (v39 run G: its blocks' SMs active about 45% of that
 # time, issue slots used in a quarter of those cycles: a chain of waits), and what the fp8 and
 # mxfp4 whole-slice dispatch kernels spend their issue slots on since the L1 prefetch (58-60% of
-# cycles issue): ncu with source counters on a -lineinfo build, one report a kernel and dtype,
-# then the 30 hottest source lines of each (v23's hotspots.py).
+# cycles issue): ncu with source counters on a -lineinfo build, one report a kernel and dtype
+# (and count_kernel at 128 tokens, 15-17 us under ncu in v28), then the 30 hottest source lines
+# of each (v23's hotspots.py).
 # And one guess, L = main + next-parallel-lookback.patch: notify's parts (8 at 4096 tokens, 2 at
 # 1024) read the words of the parts below them in parallel, a lane each, instead of one after the
 # other from the nearest down (up to 7 round trips in a row); ptxas: count_kernel<false> spills
 # 8 bytes instead of 12, notify_kernel none instead of 24. Predicted: 0.5-2 us off the dispatch
 # at 4096 tokens if the look-back is on count_kernel's longest path, nothing at 1024 or below
 # (bench M against L, two rounds), then L's GpuBackend tests of parts, one-SM budgets and pairs.
-# About 8 minutes; 8 files.
+# About 8 minutes; 5 files.
 #   bash docs/results/v39-one-h200/next-runI.sh      (logs to $OUT)
 set -u
 T0=$(date +%s)
@@ -31,16 +32,18 @@ t built
 M=build/gpu/tools/moe-ep
 S="--section WarpStateStats --section SchedulerStats --section SourceCounters --section SpeedOfLight --import-source yes --warp-sampling-interval 0 -f"
 mkdir -p $OUT/s
-for dt in fp8 fp4; do
-  for k in count_kernel dispatch_kernel; do  # one report a kernel (the warmup's skipped)
-    timeout 120 ncu $S -k regex:$k -s 1 -c 1 -o $OUT/s/$dt-$k $M bench --backend cuda --ranks 1 --num-sms 32 \
-      --tokens 4096 --dispatch-dtype $dt --combine-dtype bf16 --iters 2 --warmup 1 --no-check >> $OUT/s/log.txt 2>&1
-    timeout 60 ncu --import $OUT/s/$dt-$k.ncu-rep --page details >> $OUT/details.txt 2>&1
-    timeout 60 ncu --import $OUT/s/$dt-$k.ncu-rep --page source --csv --print-source cuda,sass > $OUT/s/$dt-$k.csv 2>&1
-    python3 docs/results/v23-one-h200/hotspots.py $OUT/s/$dt-$k.csv 30 > $OUT/hotspots-$dt-$k.txt 2>&1
-    head -12 $OUT/hotspots-$dt-$k.txt | cut -c1-160
-  done
+for run in fp8:4096:count_kernel fp8:4096:dispatch_kernel fp4:4096:count_kernel fp4:4096:dispatch_kernel \
+           fp8:128:count_kernel; do  # one report a kernel (the warmup's skipped)
+  IFS=: read dt tok k <<< "$run"; r=$dt-$tok-$k
+  timeout 120 ncu $S -k regex:$k -s 1 -c 1 -o $OUT/s/$r $M bench --backend cuda --ranks 1 --num-sms 32 \
+    --tokens $tok --dispatch-dtype $dt --combine-dtype bf16 --iters 2 --warmup 1 --no-check >> $OUT/s/log.txt 2>&1
+  echo "==== $r" >> $OUT/details.txt
+  timeout 60 ncu --import $OUT/s/$r.ncu-rep --page details >> $OUT/details.txt 2>&1
+  timeout 60 ncu --import $OUT/s/$r.ncu-rep --page source --csv --print-source cuda,sass > $OUT/s/$r.csv 2>&1
+  echo "==== $r" >> $OUT/hotspots.txt
+  python3 docs/results/v23-one-h200/hotspots.py $OUT/s/$r.csv 30 >> $OUT/hotspots.txt 2>&1
 done
+grep -A13 "^====" $OUT/hotspots.txt | cut -c1-160
 tail -3 $OUT/s/log.txt; rm -rf $OUT/s
 t ncu
 B="bench --backend cuda --ranks 1 --tokens 128,1024,4096 --num-sms 32 --dispatch-dtype bf16,fp8,fp4 --combine-dtype bf16 --iters 20 --warmup 3"
