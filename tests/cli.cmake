@@ -89,6 +89,11 @@ moe_ep_cli_ok(bench_decode_bf16_int8_e3m4 "mode decode" "bf16     int8_e3m4" "# 
 moe_ep_cli_ok(bench_decode_zero_tokens "mode decode" "# wrong: 0 OK" --
               ${MOE_EP_CLI} bench --backend cpu --mode decode --ranks 2 --experts 4 --topk 2
               --tokens 0 ${small})
+# --decode-graph round: one graph a round on CUDA; the CPU backend, without graphs, times host
+# calls, and the header says which timing the figures are.
+moe_ep_cli_ok(bench_decode_graph_round "mode decode" "--decode-graph round" "# wrong: 0 OK" --
+              ${MOE_EP_CLI} bench --backend cpu --mode decode --decode-graph round --ranks 2
+              --experts 4 --topk 2 --tokens 3 --dispatch-dtype fp8 --combine-dtype bf16 ${small})
 moe_ep_cli_ok(bench_mode_normal "mode normal" "# wrong: 0 OK" --
               ${MOE_EP_CLI} bench --backend cpu --mode normal --ranks 2 --experts 4 --topk 2
               --tokens 4 --dispatch-dtype bf16 --combine-dtype bf16 ${small})
@@ -238,6 +243,10 @@ moe_ep_cli_error(baseline_unknown 2 "--baseline=bogus" "none|nccl" --
                  ${MOE_EP_CLI} bench --baseline bogus)
 moe_ep_cli_error(mode_unknown 2 "--mode=prefill" "normal|decode" --
                  ${MOE_EP_CLI} bench --mode prefill)
+moe_ep_cli_error(decode_graph_unknown 2 "--decode-graph=step" "leg|round" --
+                 ${MOE_EP_CLI} bench --mode decode --decode-graph step)
+moe_ep_cli_error(decode_graph_normal_mode 2 "--decode-graph=round" "--mode decode" --
+                 ${MOE_EP_CLI} bench --backend cpu --decode-graph round)
 # The NCCL baseline times normal mode's legs: with --mode decode it is a bad argument, whatever
 # the backend.
 moe_ep_cli_error(decode_baseline_nccl 2 "--baseline=nccl" "--mode decode" "none" --

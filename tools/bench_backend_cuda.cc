@@ -243,12 +243,22 @@ class CudaBenchBackend final : public BenchBackend {
   }
 
   void timer_start(int rank, Leg leg) override {
-    MOE_EP_CUDA_CHECK(
-        cudaEventRecord(ranks_[rank].start[static_cast<int>(leg)], ranks_[rank].stream));
+    record_timer(ranks_[rank].start[static_cast<int>(leg)], ranks_[rank].stream);
   }
   void timer_stop(int rank, Leg leg) override {
-    MOE_EP_CUDA_CHECK(
-        cudaEventRecord(ranks_[rank].stop[static_cast<int>(leg)], ranks_[rank].stream));
+    record_timer(ranks_[rank].stop[static_cast<int>(leg)], ranks_[rank].stream);
+  }
+  // Inside a capture (decode mode's --decode-graph round) a plain record only orders the graph's
+  // nodes; cudaEventRecordExternal makes it an event record node, which stamps the event at
+  // each replay.
+  static void record_timer(cudaEvent_t event, cudaStream_t stream) {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    MOE_EP_CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
+    if (status == cudaStreamCaptureStatusActive) {
+      MOE_EP_CUDA_CHECK(cudaEventRecordWithFlags(event, stream, cudaEventRecordExternal));
+    } else {
+      MOE_EP_CUDA_CHECK(cudaEventRecord(event, stream));
+    }
   }
   double elapsed_us(int rank, Leg leg) override {
     float ms = 0;

@@ -245,6 +245,10 @@ CommandFn add_bench_command(CLI::App& app) {
   cmd->add_flag("--copy-engine", o.copy_engine,
                 "move the rows with the GPU's copy engines instead of SMs (OpConfig::copy_engine; "
                 "cuda backend, --mode normal, one node; default off, or MOE_EP_COPY_ENGINE)");
+  cmd->add_option("--decode-graph", o.decode_graph,
+                  "leg|round, decode mode's timing (cuda): leg = each leg a graph of its own, "
+                  "timed around its replay (a graph start included); round = dispatch and combine "
+                  "in one graph, each leg timed inside it by event nodes (default leg)");
   add_double(cmd, "--x-std", o.x_std,
              "standard deviation of the gaussian x (default 0.02, activation-sized; "
              "docs/bench.md says why)");

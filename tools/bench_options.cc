@@ -144,6 +144,8 @@ void check_at_least(const char* flag, int value, int minimum, const char* name) 
 
 const char* to_string(BenchMode mode) { return mode == BenchMode::kDecode ? "decode" : "normal"; }
 
+const char* to_string(DecodeGraph graph) { return graph == DecodeGraph::kRound ? "round" : "leg"; }
+
 OpConfig op_config(const BenchPlan& plan, const DtypePair& pair) {
   OpConfig config;
   config.num_experts = plan.shape.experts;
@@ -307,6 +309,16 @@ BenchPlan plan_bench(const BenchOptions& o) {
              plan.mode == BenchMode::kNormal && !several_nodes(plan)) {
     plan.copy_engine = true;  // what create_op resolves for these ops (resolve_copy_engine)
     plan.notes.push_back("copy engine from MOE_EP_COPY_ENGINE");
+  }
+  // --decode-graph leg|round: how decode mode times its legs (DecodeGraph).
+  if (o.decode_graph == "round") {
+    if (plan.mode != BenchMode::kDecode) {
+      bad_argument("--decode-graph", o.decode_graph,
+                   "decode mode's timing: it needs --mode decode (normal mode times host calls)");
+    }
+    plan.decode_graph = DecodeGraph::kRound;
+  } else if (o.decode_graph != "leg") {
+    bad_argument("--decode-graph", o.decode_graph, "allowed: leg|round");
   }
   for (int tokens : plan.token_sizes) check_at_least("--tokens", tokens, 0, "tokens");
   check_at_least("--iters", plan.iters, 1, "iters");

@@ -35,6 +35,7 @@ struct BenchOptions {
   std::string baseline = "none";  // none|nccl (nccl: cuda backend only)
   std::vector<int> num_sms;       // --num-sms 8,16,32: one run per budget; empty: the default
   bool copy_engine = false;       // --copy-engine: OpConfig::copy_engine (cuda, normal, one node)
+  std::string decode_graph = "leg";  // --decode-graph leg|round (decode mode's timing)
   // Not a flag: under mpirun, the number of processes (one rank each, bench_world.h); 0 when the
   // ranks are threads of this process.
   int process_ranks = 0;
@@ -44,6 +45,15 @@ struct BenchOptions {
 // on ops created with OpConfig::low_latency (docs/decode-mode.md).
 enum class BenchMode { kNormal, kDecode };
 const char* to_string(BenchMode mode);  // "normal", "decode"
+
+// How decode mode times its legs where the backend has graphs (CUDA): kLeg captures each leg in
+// a graph of its own and times its replays between events on the stream, so a leg's figure
+// includes the start of a graph on an idle stream; kRound captures a round (dispatch, then
+// combine) in one graph with each leg's events inside it, as graph nodes, so a leg's figure is
+// its time inside a captured decode step, where a serving engine runs it. Without graphs (CPU)
+// both time host calls.
+enum class DecodeGraph { kLeg, kRound };
+const char* to_string(DecodeGraph graph);  // "leg", "round"
 
 // One row of the table: a (dispatch, combine) pair at an SM budget (0: the op's default).
 struct DtypePair {
@@ -69,6 +79,7 @@ struct BenchPlan {
   bool check = true;
   bool nccl_baseline = false;  // --baseline nccl: time an NCCL all-to-allv of the same bytes
   bool copy_engine = false;    // --copy-engine: every op takes the copy-engine path
+  DecodeGraph decode_graph = DecodeGraph::kLeg;  // --decode-graph (decode mode only)
   std::string json_path;
   std::vector<DtypePair> pairs;    // in the order they run and print (budgets outer, pairs inner)
   bool sms_column = false;         // --num-sms given: the table shows the budget

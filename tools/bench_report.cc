@@ -90,6 +90,11 @@ void print_header(std::ostream& os, const BenchPlan& plan, const std::string& ba
         "# decode mode: low_latency_dispatch / low_latency_combine (ops with low_latency=true), "
         "{} slabs of W*Tmax = {} rows per rank; expert y = bf16(decoded slab row)\n",
         s.experts / s.ranks, fmt::join(slab_rows, ","));
+    if (plan.decode_graph == DecodeGraph::kRound) {
+      os << "# timed per leg inside one graph a round (--decode-graph round: dispatch, then "
+            "combine, between event nodes; no graph start of its own; host calls where the "
+            "backend has no graphs)\n";
+    }
   }
   if (plan.copy_engine) {
     os << "# copy engine (--copy-engine): rows packed locally, moved by cudaMemcpyAsync per peer, "
@@ -195,6 +200,9 @@ void write_json(const std::string& path, const BenchPlan& plan, const std::strin
     record["combine_dtype"] = to_string(r.pair.combine);
     if (r.pair.num_sms != 0) record["num_sms"] = r.pair.num_sms;
     if (plan.copy_engine) record["copy_engine"] = true;
+    if (plan.mode == BenchMode::kDecode && plan.decode_graph == DecodeGraph::kRound) {
+      record["decode_graph"] = to_string(plan.decode_graph);
+    }
     record["dispatch_us"] = r.dispatch_us;
     record["combine_us"] = r.combine_us;
     record["dispatch_bytes"] = m.dispatch_bytes;

@@ -255,12 +255,23 @@ void run_rank_decode(const PairContext& ctx, int rank, PairShared& shared) {
   //    checked run (same inputs), which the counts of the last one confirm below. Where the
   //    backend has graphs (CUDA) each leg is captured once and the iterations time replays, as a
   //    serving engine runs decode; the op's call numbers live in device memory, so the replays
-  //    pair up across ranks like host calls.
+  //    pair up across ranks like host calls. --decode-graph round captures the whole round,
+  //    its timers included (DecodeGraph).
   const auto issue_dispatch = [&] { result = op->low_latency_dispatch(args); };
   const auto issue_combine = [&] {
     op->low_latency_combine(y.view, result.handle, out.view, stream);
   };
-  std::function<void()> dispatch_leg = backend.capture(rank, issue_dispatch);
+  const auto timed_round = [&] {
+    backend.timer_start(rank, Leg::kDispatch);
+    issue_dispatch();
+    backend.timer_stop(rank, Leg::kDispatch);
+    backend.timer_start(rank, Leg::kCombine);
+    issue_combine();
+    backend.timer_stop(rank, Leg::kCombine);
+  };
+  std::function<void()> round;
+  if (ctx.plan.decode_graph == DecodeGraph::kRound) round = backend.capture(rank, timed_round);
+  std::function<void()> dispatch_leg = round ? nullptr : backend.capture(rank, issue_dispatch);
   std::function<void()> combine_leg;
   if (dispatch_leg) {
     combine_leg = backend.capture(rank, issue_combine);
@@ -270,12 +281,16 @@ void run_rank_decode(const PairContext& ctx, int rank, PairShared& shared) {
   }
   for (int it = 0; it < ctx.plan.warmup + ctx.plan.iters; ++it) {
     sync(ctx, shared);  // every rank starts the iteration together
-    backend.timer_start(rank, Leg::kDispatch);
-    dispatch_leg();
-    backend.timer_stop(rank, Leg::kDispatch);
-    backend.timer_start(rank, Leg::kCombine);
-    combine_leg();
-    backend.timer_stop(rank, Leg::kCombine);
+    if (round) {
+      round();
+    } else {
+      backend.timer_start(rank, Leg::kDispatch);
+      dispatch_leg();
+      backend.timer_stop(rank, Leg::kDispatch);
+      backend.timer_start(rank, Leg::kCombine);
+      combine_leg();
+      backend.timer_stop(rank, Leg::kCombine);
+    }
     op->synchronize(stream);
     backend.synchronize(rank);
     if (it >= ctx.plan.warmup) {

@@ -3,16 +3,29 @@
 # Runs the same small checked `moe-ep bench --json` in decode mode and in normal mode (same
 # inputs, every dtype pair) and checks both files with check_bench_decode_json.py: the mode field,
 # the fields of normal mode, no wrong element, the same bytes per leg in both modes, and the same
-# out (equal rel_err) wherever decode mode's expert row bf16(decode(x)) is exact.
+# out (equal rel_err) wherever decode mode's expert row bf16(decode(x)) is exact. Then the decode
+# run again with --decode-graph round: every record says "decode_graph": "round", and the first
+# run's records (the default, leg) have no such field.
 set -eu
 moe_ep=$1
 workdir=$2
 mkdir -p "$workdir"
 decode="$workdir/decode.json"
 normal="$workdir/normal.json"
-rm -f "$decode" "$normal"
+round="$workdir/round.json"
+rm -f "$decode" "$normal" "$round"
 args=(bench --backend cpu --ranks 4 --tokens 8 --max-tokens 16 --hidden 256 --experts 16 --topk 4
   --iters 2 --warmup 1 --seed 11)
 "$moe_ep" "${args[@]}" --mode decode --json "$decode"
 "$moe_ep" "${args[@]}" --json "$normal"
 python3 "$(dirname "$0")/check_bench_decode_json.py" "$decode" "$normal"
+"$moe_ep" "${args[@]}" --mode decode --decode-graph round --json "$round"
+python3 - "$decode" "$round" <<'PY'
+import json, sys
+leg, rnd = (json.load(open(f)) for f in sys.argv[1:3])
+assert leg and all("decode_graph" not in r for r in leg), "leg records name a decode_graph"
+assert len(rnd) == len(leg), f"{len(rnd)} round records against {len(leg)}"
+bad = [r for r in rnd if r.get("decode_graph") != "round" or r.get("mode") != "decode"]
+assert not bad, f"round records without decode_graph round: {bad[:1]}"
+print(f"decode_graph: {len(rnd)} round records OK")
+PY
