@@ -89,9 +89,10 @@ moe_ep_cli_ok(bench_decode_bf16_int8_e3m4 "mode decode" "bf16     int8_e3m4" "# 
 moe_ep_cli_ok(bench_decode_zero_tokens "mode decode" "# wrong: 0 OK" --
               ${MOE_EP_CLI} bench --backend cpu --mode decode --ranks 2 --experts 4 --topk 2
               --tokens 0 ${small})
-# --decode-graph round: one graph a round on CUDA; the CPU backend, without graphs, times host
-# calls, and the header says which timing the figures are.
-moe_ep_cli_ok(bench_decode_graph_round "mode decode" "--decode-graph round" "# wrong: 0 OK" --
+# --decode-graph round: one graph a round on CUDA, and round_us from 16 rounds in one graph; the
+# CPU backend, without graphs, times host calls, and the header says which timing the figures are.
+moe_ep_cli_ok(bench_decode_graph_round "mode decode" "--decode-graph round" "round_us"
+              "# wrong: 0 OK" --
               ${MOE_EP_CLI} bench --backend cpu --mode decode --decode-graph round --ranks 2
               --experts 4 --topk 2 --tokens 3 --dispatch-dtype fp8 --combine-dtype bf16 ${small})
 moe_ep_cli_ok(bench_mode_normal "mode normal" "# wrong: 0 OK" --

@@ -54,6 +54,9 @@ const char* to_string(BenchMode mode);  // "normal", "decode"
 // both time host calls.
 enum class DecodeGraph { kLeg, kRound };
 const char* to_string(DecodeGraph graph);  // "leg", "round"
+// kRound also times this many rounds captured back to back in one graph with no timer between
+// them, for a round's time without the legs' event nodes (the round_us column).
+inline constexpr int kRoundsPerGraph = 16;
 
 // One row of the table: a (dispatch, combine) pair at an SM budget (0: the op's default).
 struct DtypePair {

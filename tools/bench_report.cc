@@ -91,9 +91,12 @@ void print_header(std::ostream& os, const BenchPlan& plan, const std::string& ba
         "{} slabs of W*Tmax = {} rows per rank; expert y = bf16(decoded slab row)\n",
         s.experts / s.ranks, fmt::join(slab_rows, ","));
     if (plan.decode_graph == DecodeGraph::kRound) {
-      os << "# timed per leg inside one graph a round (--decode-graph round: dispatch, then "
-            "combine, between event nodes; no graph start of its own; host calls where the "
-            "backend has no graphs)\n";
+      os << fmt::format(
+          "# timed per leg inside one graph a round (--decode-graph round: dispatch, then "
+          "combine, between event nodes; no graph start of its own); round_us: {} rounds in one "
+          "graph with no timer between them, its replay's time per round (host calls where the "
+          "backend has no graphs)\n",
+          kRoundsPerGraph);
     }
   }
   if (plan.copy_engine) {
@@ -123,6 +126,9 @@ void print_header(std::ostream& os, const BenchPlan& plan, const std::string& ba
   if (plan.nccl_baseline) {
     os << fmt::format(" {:>10} {:>10} {:>7} {:>7}", "nccl_d_us", "nccl_c_us", "d_x", "comb_x");
   }
+  if (plan.mode == BenchMode::kDecode && plan.decode_graph == DecodeGraph::kRound) {
+    os << fmt::format(" {:>9}", "round_us");
+  }
   os << "\n" << std::flush;
 }
 
@@ -145,6 +151,7 @@ void print_row(std::ostream& os, const BenchPlan& plan, const PairResult& r, con
                       ratio(*r.nccl_dispatch_us, r.dispatch_us),
                       ratio(*r.nccl_combine_us, r.combine_us));
   }
+  if (r.round_us) os << fmt::format(" {:>9.1f}", *r.round_us);
   os << "\n" << std::flush;
 }
 
@@ -223,6 +230,7 @@ void write_json(const std::string& path, const BenchPlan& plan, const std::strin
       record["nccl_dispatch_us"] = *r.nccl_dispatch_us;
       record["nccl_combine_us"] = *r.nccl_combine_us;
     }
+    if (r.round_us) record["round_us"] = *r.round_us;
     records.push_back(std::move(record));
   }
   std::ofstream file(path, std::ios::trunc);

@@ -92,6 +92,7 @@ struct PairShared {
         errors(ranks) {
     for (auto& leg : times) leg.resize(ranks);
     for (auto& leg : nccl_times) leg.resize(ranks);
+    round_times.resize(ranks);
   }
   Barrier barrier;
   std::vector<DispatchOutputs> ref_recv;                  // [W] expected dispatch outputs
@@ -102,6 +103,7 @@ struct PairShared {
   std::vector<ErrorSums> err;                             // [W]
   std::vector<std::vector<double>> times[kNumLegs];       // [leg][W][iters] microseconds
   std::vector<std::vector<double>> nccl_times[kNumLegs];  // [leg][W][iters] the NCCL baseline
+  std::vector<std::vector<double>> round_times;           // [W][iters] --decode-graph round
   std::vector<std::exception_ptr> errors;                 // [W] first failure of each rank
 };
 
@@ -298,6 +300,32 @@ void run_rank_decode(const PairContext& ctx, int rank, PairShared& shared) {
       shared.times[1][rank].push_back(backend.elapsed_us(rank, Leg::kCombine));
     }
   }
+  // --decode-graph round, then: kRoundsPerGraph rounds back to back in one graph, with no timer
+  // between them (an event node in a graph costs a few microseconds, perf-notes v40), timed by
+  // events on the stream around its replay; a round's time is the replay's over the rounds (the
+  // graph's own start, under a microsecond, shared by them). Host calls without graphs.
+  if (ctx.plan.decode_graph == DecodeGraph::kRound) {
+    const auto rounds = [&] {
+      for (int k = 0; k < kRoundsPerGraph; ++k) {
+        issue_dispatch();
+        issue_combine();
+      }
+    };
+    std::function<void()> batch = backend.capture(rank, rounds);
+    if (!batch) batch = rounds;
+    for (int it = 0; it < ctx.plan.warmup + ctx.plan.iters; ++it) {
+      sync(ctx, shared);
+      backend.timer_start(rank, Leg::kDispatch);
+      batch();
+      backend.timer_stop(rank, Leg::kDispatch);
+      op->synchronize(stream);
+      backend.synchronize(rank);
+      if (it >= ctx.plan.warmup) {
+        shared.round_times[rank].push_back(backend.elapsed_us(rank, Leg::kDispatch) /
+                                           kRoundsPerGraph);
+      }
+    }
+  }
   std::vector<int32_t> counts(static_cast<size_t>(local_experts));  // [E/W]
   backend.download(rank, result.recv_count, counts.data());
   if (counts != got.recv_count) {
@@ -468,7 +496,13 @@ BenchInputs make_bench_inputs(const BenchPlan& plan) {
 void gather_ranks(BenchWorld& world, const BenchPlan& plan, PairShared& shared) {
   const int me = world.rank();
   const int ranks = plan.shape.ranks;
-  for (auto& leg : shared.times) {
+  std::vector<std::vector<std::vector<double>>*> series;  // [W][iters] each
+  for (auto& leg : shared.times) series.push_back(&leg);
+  if (plan.mode == BenchMode::kDecode && plan.decode_graph == DecodeGraph::kRound) {
+    series.push_back(&shared.round_times);
+  }
+  for (std::vector<std::vector<double>>* s : series) {
+    std::vector<std::vector<double>>& leg = *s;
     const std::vector<double> all = world.allgather(leg[me]);
     const size_t iters = leg[me].size();
     for (int r = 0; r < ranks; ++r) {
@@ -552,6 +586,9 @@ std::vector<PairResult> run_bench(BenchWorld& world, const BenchPlan& plan, Benc
     result.max_tokens = plan.max_tokens;
     result.dispatch_us = median_of_slowest(shared.times[0]);
     result.combine_us = median_of_slowest(shared.times[1]);
+    if (plan.mode == BenchMode::kDecode && plan.decode_graph == DecodeGraph::kRound) {
+      result.round_us = median_of_slowest(shared.round_times);
+    }
     if (plan.nccl_baseline) {
       result.nccl_dispatch_us = median_of_slowest(shared.nccl_times[0]);
       result.nccl_combine_us = median_of_slowest(shared.nccl_times[1]);

@@ -4,8 +4,8 @@
 # inputs, every dtype pair) and checks both files with check_bench_decode_json.py: the mode field,
 # the fields of normal mode, no wrong element, the same bytes per leg in both modes, and the same
 # out (equal rel_err) wherever decode mode's expert row bf16(decode(x)) is exact. Then the decode
-# run again with --decode-graph round: every record says "decode_graph": "round", and the first
-# run's records (the default, leg) have no such field.
+# run again with --decode-graph round: every record says "decode_graph": "round" and has a
+# positive round_us, and the first run's records (the default, leg) have neither field.
 set -eu
 moe_ep=$1
 workdir=$2
@@ -23,9 +23,11 @@ python3 "$(dirname "$0")/check_bench_decode_json.py" "$decode" "$normal"
 python3 - "$decode" "$round" <<'PY'
 import json, sys
 leg, rnd = (json.load(open(f)) for f in sys.argv[1:3])
-assert leg and all("decode_graph" not in r for r in leg), "leg records name a decode_graph"
+assert leg and all("decode_graph" not in r and "round_us" not in r for r in leg), \
+    "leg records name a decode_graph or a round_us"
 assert len(rnd) == len(leg), f"{len(rnd)} round records against {len(leg)}"
-bad = [r for r in rnd if r.get("decode_graph") != "round" or r.get("mode") != "decode"]
-assert not bad, f"round records without decode_graph round: {bad[:1]}"
+bad = [r for r in rnd if r.get("decode_graph") != "round" or r.get("mode") != "decode"
+       or not r.get("round_us", 0) > 0]
+assert not bad, f"round records without decode_graph round or a positive round_us: {bad[:1]}"
 print(f"decode_graph: {len(rnd)} round records OK")
 PY
