@@ -248,7 +248,9 @@ CommandFn add_bench_command(CLI::App& app) {
   cmd->add_option("--decode-graph", o.decode_graph,
                   "leg|round, decode mode's timing (cuda): leg = each leg a graph of its own, "
                   "timed around its replay (a graph start included); round = dispatch and combine "
-                  "in one graph, each leg timed inside it by event nodes (default leg)");
+                  "in one graph, each leg timed inside it by event nodes, and a round_us column: " +
+                      std::to_string(kRoundsPerGraph) +
+                      " rounds in one graph with no timer between them, per round (default leg)");
   add_double(cmd, "--x-std", o.x_std,
              "standard deviation of the gaussian x (default 0.02, activation-sized; "
              "docs/bench.md says why)");

@@ -263,16 +263,20 @@ void run_rank_decode(const PairContext& ctx, int rank, PairShared& shared) {
   const auto issue_combine = [&] {
     op->low_latency_combine(y.view, result.handle, out.view, stream);
   };
-  const auto timed_round = [&] {
+  // Both legs between their timers: the calls themselves, their graphs, or (round) inside one.
+  const auto timed_legs = [&](const std::function<void()>& dispatch,
+                              const std::function<void()>& combine) {
     backend.timer_start(rank, Leg::kDispatch);
-    issue_dispatch();
+    dispatch();
     backend.timer_stop(rank, Leg::kDispatch);
     backend.timer_start(rank, Leg::kCombine);
-    issue_combine();
+    combine();
     backend.timer_stop(rank, Leg::kCombine);
   };
   std::function<void()> round;
-  if (ctx.plan.decode_graph == DecodeGraph::kRound) round = backend.capture(rank, timed_round);
+  if (ctx.plan.decode_graph == DecodeGraph::kRound) {
+    round = backend.capture(rank, [&] { timed_legs(issue_dispatch, issue_combine); });
+  }
   std::function<void()> dispatch_leg = round ? nullptr : backend.capture(rank, issue_dispatch);
   std::function<void()> combine_leg;
   if (dispatch_leg) {
@@ -286,12 +290,7 @@ void run_rank_decode(const PairContext& ctx, int rank, PairShared& shared) {
     if (round) {
       round();
     } else {
-      backend.timer_start(rank, Leg::kDispatch);
-      dispatch_leg();
-      backend.timer_stop(rank, Leg::kDispatch);
-      backend.timer_start(rank, Leg::kCombine);
-      combine_leg();
-      backend.timer_stop(rank, Leg::kCombine);
+      timed_legs(dispatch_leg, combine_leg);
     }
     op->synchronize(stream);
     backend.synchronize(rank);
