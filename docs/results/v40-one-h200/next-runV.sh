@@ -5,8 +5,8 @@
 # a word per source and call parity, a new layout region); dispatch_wait_kernel waits until a
 # count reads c | c * c << 32 (all G blocks in, whatever G is on each rank) and clears it for the
 # call after next of that parity. The copy-engine path and several nodes keep the done words.
-# v40 run L: the grid's end is 3.3-4.9 us, of which the counter round trip, the last block's
-# fence and its release stores are 1.4-2.5. ptxas: every dispatch instantiation as on main.
+# v40 run L: the grid's end is 3.2-4.9 us, of which the counter round trip, the last block's
+# fence and its release stores are 1.1-2.2. ptxas: every dispatch instantiation as on main.
 # Predicted: 1-2 us off every one-node dispatch (128 / 1024 / 4096 tokens), nothing on decode.
 # Bench main / V alternating, 3 rounds, 32 SMs; then V's GPU tests that run the dispatch on one
 # node, W = 1 and the one-GPU world's W = 2/4/8 (backend, copy engine, world, timeouts, late
