@@ -12,8 +12,9 @@
 // low_latency_dispatch and low_latency_combine: the reference is reference::low_latency_dispatch
 // and reference::low_latency_combine, the expert is the decoded slab row (decode_identity_expert,
 // the op applies the weights), y is [E/W, W*Tmax, H], and the iterations are timed the same way;
-// after them the counts of the last dispatch must equal the checked run's. There is no NCCL
-// baseline in decode mode (plan_bench rejects it).
+// after them the counts of the last dispatch must equal the checked run's (bench_runner_decode.cc,
+// with the state the rank threads share in bench_pair.h). There is no NCCL baseline in decode
+// mode (plan_bench rejects it).
 // A failing rank aborts the harness barrier so that the others stop at their next barrier
 // instead of waiting forever; waits inside the library are bounded by its own timeout.
 // Under mpirun (bench_world.h) this process runs its own rank only: it computes the reference of
@@ -28,13 +29,12 @@
 
 #include <algorithm>
 #include <cmath>
-#include <condition_variable>
 #include <exception>
 #include <functional>
-#include <mutex>
 #include <thread>
 
 #include "bench_check.h"
+#include "bench_pair.h"
 #include "commands.h"
 #include "moe_ep/dtypes.h"
 #include "moe_ep/errors.h"
@@ -42,130 +42,6 @@
 
 namespace moe_ep::cli {
 namespace {
-
-// A reusable barrier for the rank threads that can be broken: after abort(), every waiter (and
-// every later caller) throws Aborted.
-class Barrier {
- public:
-  struct Aborted {};
-  explicit Barrier(int count) : count_(count) {}
-
-  void wait() {
-    std::unique_lock<std::mutex> lock(mutex_);
-    if (aborted_) throw Aborted{};
-    const uint64_t generation = generation_;
-    if (++arrived_ == count_) {
-      arrived_ = 0;
-      ++generation_;
-      cv_.notify_all();
-      return;
-    }
-    cv_.wait(lock, [&] { return generation_ != generation || aborted_; });
-    if (generation_ == generation) throw Aborted{};
-  }
-
-  void abort() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    aborted_ = true;
-    cv_.notify_all();
-  }
-
- private:
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  const int count_;
-  int arrived_ = 0;
-  uint64_t generation_ = 0;
-  bool aborted_ = false;
-};
-
-// State shared by the rank threads of one pair; entry r belongs to rank r's thread.
-struct PairShared {
-  // `threads`: the ranks this process runs (all of them, or under mpirun one).
-  PairShared(int ranks, int threads)
-      : barrier(threads),
-        ref_recv(ranks),
-        ref_slabs(ranks),
-        ref_y(ranks),
-        check(ranks),
-        err(ranks),
-        errors(ranks) {
-    for (auto& leg : times) leg.resize(ranks);
-    for (auto& leg : nccl_times) leg.resize(ranks);
-    round_times.resize(ranks);
-  }
-  Barrier barrier;
-  std::vector<DispatchOutputs> ref_recv;                  // [W] expected dispatch outputs
-  std::vector<LowLatencyOutputs> ref_slabs;               // [W] decode mode: expected slabs
-  std::vector<std::vector<uint16_t>> ref_y;               // [W][R_r * H] reference expert outputs
-                                                          // (decode: [E/W * W*Tmax * H])
-  std::vector<CheckResult> check;                         // [W]
-  std::vector<ErrorSums> err;                             // [W]
-  std::vector<std::vector<double>> times[kNumLegs];       // [leg][W][iters] microseconds
-  std::vector<std::vector<double>> nccl_times[kNumLegs];  // [leg][W][iters] the NCCL baseline
-  std::vector<std::vector<double>> round_times;           // [W][iters] --decode-graph round
-  std::vector<std::exception_ptr> errors;                 // [W] first failure of each rank
-};
-
-struct PairContext {
-  BenchWorld& world;
-  const BenchPlan& plan;
-  DtypePair pair;
-  BenchBackend& backend;
-  const std::vector<std::shared_ptr<Communicator>>& comms;
-  const BenchInputs& inputs;
-  const std::vector<reference::RankInput>& ref_inputs;
-  reference::Shape ref_shape;
-};
-
-// Every rank starts the next step together: the rank threads of this process, then (mpirun)
-// every process.
-void sync(const PairContext& ctx, PairShared& shared) {
-  shared.barrier.wait();
-  if (ctx.world.distributed()) ctx.world.barrier();
-}
-
-// The ranks whose reference this rank's thread computes: its own, or under mpirun every rank
-// (the combine's reference needs every rank's expert output, and no other thread makes them).
-std::vector<int> reference_ranks(const PairContext& ctx, int rank) {
-  if (!ctx.world.distributed()) return {rank};
-  std::vector<int> all(ctx.plan.shape.ranks);
-  for (int r = 0; r < ctx.plan.shape.ranks; ++r) all[r] = r;
-  return all;
-}
-
-TensorView shape_of(ScalarType dtype, int64_t rows, int64_t cols) {
-  return TensorView::matrix(nullptr, dtype, rows, cols);
-}
-
-BenchTensor upload_new(BenchBackend& backend, int rank, const void* host, const TensorView& shape) {
-  BenchTensor t = backend.alloc(rank, shape);
-  backend.upload(rank, host, t);
-  return t;
-}
-
-// This rank's inputs uploaded to the backend and its out buffer [T, H], as both modes use them.
-struct RankTensors {
-  BenchTensor x, topk_idx, topk_weights, out;
-  DispatchArgs args(void* stream) const {
-    DispatchArgs a;
-    a.x = x.view;                        // [T, H] bf16
-    a.topk_idx = topk_idx.view;          // [T, K] int32
-    a.topk_weights = topk_weights.view;  // [T, K] fp32
-    a.stream = stream;
-    return a;
-  }
-};
-
-RankTensors upload_rank(BenchBackend& backend, int rank, const RankInputs& in,
-                        const InputShape& s) {
-  return {
-      upload_new(backend, rank, in.x.data(), shape_of(ScalarType::kBFloat16, s.tokens, s.hidden)),
-      upload_new(backend, rank, in.topk_idx.data(), shape_of(ScalarType::kInt32, s.tokens, s.topk)),
-      upload_new(backend, rank, in.topk_weights.data(),
-                 shape_of(ScalarType::kFloat32, s.tokens, s.topk)),
-      backend.alloc(rank, shape_of(ScalarType::kBFloat16, s.tokens, s.hidden))};
-}
 
 // Step 4: the NCCL all-to-allv baseline of this rank, the same bytes per peer as each leg.
 void run_nccl_baseline(const PairContext& ctx, int rank, PairShared& shared) {
@@ -200,138 +76,6 @@ void run_nccl_baseline(const PairContext& ctx, int rank, PairShared& shared) {
       const double us = ctx.backend.nccl_alltoallv_us(rank, send[l], recv[l]);
       if (it >= ctx.plan.warmup) shared.nccl_times[l][rank].push_back(us);
     }
-  }
-}
-
-// Decode mode's steps 1 to 3 on one rank (see the top of the file).
-void run_rank_decode(const PairContext& ctx, int rank, PairShared& shared) {
-  const InputShape& s = ctx.plan.shape;
-  const RankInputs& in = ctx.inputs.ranks[rank];
-  BenchBackend& backend = ctx.backend;
-  backend.bind_rank(rank);
-  void* stream = backend.stream(rank);
-
-  // 1. The reference: this rank's slabs and expert output, then (once every rank has its y)
-  //    what low_latency_combine must return here.
-  std::vector<uint16_t> ref_out;  // [T, H] bf16 bits
-  if (ctx.plan.check) {
-    for (int r : reference_ranks(ctx, rank)) {
-      shared.ref_slabs[r] = reference::low_latency_dispatch(ctx.ref_shape, ctx.pair.dispatch,
-                                                            ctx.plan.max_tokens, ctx.ref_inputs, r);
-      shared.ref_y[r] =
-          decode_identity_expert(ctx.ref_shape, ctx.pair.dispatch, shared.ref_slabs[r]);
-    }
-  }
-  sync(ctx, shared);
-  if (ctx.plan.check) {
-    ref_out = reference::low_latency_combine(ctx.ref_shape, ctx.pair.combine, ctx.ref_inputs,
-                                             shared.ref_slabs, shared.ref_y, rank);
-  }
-
-  // 2. Device inputs, the op (low_latency = true) and the checked run.
-  const RankTensors tensors = upload_rank(backend, rank, in, s);
-  const BenchTensor& out = tensors.out;
-  const std::shared_ptr<Op> op = create_op(ctx.comms[rank], op_config(ctx.plan, ctx.pair));
-  const LowLatencyDispatchArgs args = tensors.args(stream);
-  LowLatencyDispatchResult result = op->low_latency_dispatch(args);
-  op->synchronize(stream);
-  const LowLatencyOutputs got = download_low_latency_outputs(backend, rank, result);
-  const std::vector<uint16_t> y_host =
-      decode_identity_expert(ctx.ref_shape, ctx.pair.dispatch, got);  // [E/W, W*Tmax, H]
-  const int64_t local_experts = s.experts / s.ranks;
-  const int64_t slab_rows = static_cast<int64_t>(s.ranks) * ctx.plan.max_tokens;  // W * Tmax
-  const BenchTensor y = upload_new(
-      backend, rank, y_host.data(),
-      TensorView::tensor3(nullptr, ScalarType::kBFloat16, local_experts, slab_rows, s.hidden));
-  op->low_latency_combine(y.view, result.handle, out.view, stream);
-  op->synchronize(stream);
-  std::vector<uint16_t> out_host(static_cast<size_t>(s.tokens) * s.hidden);  // [T, H]
-  backend.download(rank, out.view, out_host.data());
-  shared.err[rank] = unquantized_error(s, in, out_host.data());
-  if (ctx.plan.check) {
-    compare_low_latency(rank, ctx.pair.dispatch, got, shared.ref_slabs[rank], shared.check[rank]);
-    compare_out(rank, out_host, ref_out, shared.check[rank]);
-  }
-
-  // 3. Warm-up and timed iterations, reusing y: the slabs of every iteration are those of the
-  //    checked run (same inputs), which the counts of the last one confirm below. Where the
-  //    backend has graphs (CUDA) each leg is captured once and the iterations time replays, as a
-  //    serving engine runs decode; the op's call numbers live in device memory, so the replays
-  //    pair up across ranks like host calls. --decode-graph round captures the whole round,
-  //    its timers included (DecodeGraph).
-  const auto issue_dispatch = [&] { result = op->low_latency_dispatch(args); };
-  const auto issue_combine = [&] {
-    op->low_latency_combine(y.view, result.handle, out.view, stream);
-  };
-  // Both legs between their timers: the calls themselves, their graphs, or (round) inside one.
-  const auto timed_legs = [&](const std::function<void()>& dispatch,
-                              const std::function<void()>& combine) {
-    backend.timer_start(rank, Leg::kDispatch);
-    dispatch();
-    backend.timer_stop(rank, Leg::kDispatch);
-    backend.timer_start(rank, Leg::kCombine);
-    combine();
-    backend.timer_stop(rank, Leg::kCombine);
-  };
-  std::function<void()> round;
-  if (ctx.plan.decode_graph == DecodeGraph::kRound) {
-    round = backend.capture(rank, [&] { timed_legs(issue_dispatch, issue_combine); });
-  }
-  std::function<void()> dispatch_leg = round ? nullptr : backend.capture(rank, issue_dispatch);
-  std::function<void()> combine_leg;
-  if (dispatch_leg) {
-    combine_leg = backend.capture(rank, issue_combine);
-  } else {
-    dispatch_leg = issue_dispatch;
-    combine_leg = issue_combine;
-  }
-  for (int it = 0; it < ctx.plan.warmup + ctx.plan.iters; ++it) {
-    sync(ctx, shared);  // every rank starts the iteration together
-    if (round) {
-      round();
-    } else {
-      timed_legs(dispatch_leg, combine_leg);
-    }
-    op->synchronize(stream);
-    backend.synchronize(rank);
-    if (it >= ctx.plan.warmup) {
-      shared.times[0][rank].push_back(backend.elapsed_us(rank, Leg::kDispatch));
-      shared.times[1][rank].push_back(backend.elapsed_us(rank, Leg::kCombine));
-    }
-  }
-  // --decode-graph round, then: kRoundsPerGraph rounds back to back in one graph, with no timer
-  // between them (an event node in a graph costs a few microseconds, perf-notes v40), timed by
-  // events on the stream around its replay; a round's time is the replay's over the rounds (the
-  // graph's own start, under a microsecond, shared by them). Host calls without graphs.
-  if (ctx.plan.decode_graph == DecodeGraph::kRound) {
-    const auto rounds = [&] {
-      for (int k = 0; k < kRoundsPerGraph; ++k) {
-        issue_dispatch();
-        issue_combine();
-      }
-    };
-    std::function<void()> batch = backend.capture(rank, rounds);
-    if (!batch) batch = rounds;
-    for (int it = 0; it < ctx.plan.warmup + ctx.plan.iters; ++it) {
-      sync(ctx, shared);
-      backend.timer_start(rank, Leg::kDispatch);
-      batch();
-      backend.timer_stop(rank, Leg::kDispatch);
-      op->synchronize(stream);
-      backend.synchronize(rank);
-      if (it >= ctx.plan.warmup) {
-        shared.round_times[rank].push_back(backend.elapsed_us(rank, Leg::kDispatch) /
-                                           kRoundsPerGraph);
-      }
-    }
-  }
-  std::vector<int32_t> counts(static_cast<size_t>(local_experts));  // [E/W]
-  backend.download(rank, result.recv_count, counts.data());
-  if (counts != got.recv_count) {
-    throw Internal(fmt::format(
-        "bench: low_latency_dispatch counts [{}] after the timed iterations but [{}] in the "
-        "checked run (same inputs)",
-        fmt::join(counts, ", "), fmt::join(got.recv_count, ", ")));
   }
 }
 
