@@ -224,9 +224,12 @@ class CudaBenchBackend final : public BenchBackend {
     cudaStream_t stream = ranks_[rank].stream;
     // Thread-local: the other ranks' threads capture or run their own calls meanwhile.
     MOE_EP_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    ranks_[rank].capturing = true;
     try {
       issue();
+      ranks_[rank].capturing = false;
     } catch (...) {
+      ranks_[rank].capturing = false;
       cudaGraph_t partial = nullptr;
       cudaStreamEndCapture(stream, &partial);  // leave the stream usable; the error is issue's
       if (partial != nullptr) cudaGraphDestroy(partial);
@@ -243,22 +246,10 @@ class CudaBenchBackend final : public BenchBackend {
   }
 
   void timer_start(int rank, Leg leg) override {
-    record_timer(ranks_[rank].start[static_cast<int>(leg)], ranks_[rank].stream);
+    record_timer(ranks_[rank], ranks_[rank].start[static_cast<int>(leg)]);
   }
   void timer_stop(int rank, Leg leg) override {
-    record_timer(ranks_[rank].stop[static_cast<int>(leg)], ranks_[rank].stream);
-  }
-  // Inside a capture (decode mode's --decode-graph round) a plain record only orders the graph's
-  // nodes; cudaEventRecordExternal makes it an event record node, which stamps the event at
-  // each replay.
-  static void record_timer(cudaEvent_t event, cudaStream_t stream) {
-    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-    MOE_EP_CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
-    if (status == cudaStreamCaptureStatusActive) {
-      MOE_EP_CUDA_CHECK(cudaEventRecordWithFlags(event, stream, cudaEventRecordExternal));
-    } else {
-      MOE_EP_CUDA_CHECK(cudaEventRecord(event, stream));
-    }
+    record_timer(ranks_[rank], ranks_[rank].stop[static_cast<int>(leg)]);
   }
   double elapsed_us(int rank, Leg leg) override {
     float ms = 0;
@@ -341,7 +332,19 @@ class CudaBenchBackend final : public BenchBackend {
     size_t nccl_recv_capacity = 0;
     cudaEvent_t nccl_start = nullptr;
     cudaEvent_t nccl_stop = nullptr;
+    bool capturing = false;  // inside capture()'s issue()
   };
+
+  // Inside a capture (decode mode's --decode-graph round) a plain record only orders the graph's
+  // nodes; cudaEventRecordExternal makes it an event record node, which stamps the event at
+  // each replay.
+  static void record_timer(const RankState& st, cudaEvent_t event) {
+    if (st.capturing) {
+      MOE_EP_CUDA_CHECK(cudaEventRecordWithFlags(event, st.stream, cudaEventRecordExternal));
+    } else {
+      MOE_EP_CUDA_CHECK(cudaEventRecord(event, st.stream));
+    }
+  }
 
   // Waits for the rank's all-to-allv, bounded like the library's waits (MOE_EP_TIMEOUT_S): a
   // peer that never posts its half (it failed) or an NCCL error aborts this rank's communicator

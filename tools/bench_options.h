@@ -82,7 +82,7 @@ struct BenchPlan {
   bool check = true;
   bool nccl_baseline = false;  // --baseline nccl: time an NCCL all-to-allv of the same bytes
   bool copy_engine = false;    // --copy-engine: every op takes the copy-engine path
-  DecodeGraph decode_graph = DecodeGraph::kLeg;  // --decode-graph (decode mode only)
+  DecodeGraph decode_graph = DecodeGraph::kLeg;  // --decode-graph; kRound only in decode mode
   std::string json_path;
   std::vector<DtypePair> pairs;    // in the order they run and print (budgets outer, pairs inner)
   bool sms_column = false;         // --num-sms given: the table shows the budget

@@ -126,7 +126,7 @@ void print_header(std::ostream& os, const BenchPlan& plan, const std::string& ba
   if (plan.nccl_baseline) {
     os << fmt::format(" {:>10} {:>10} {:>7} {:>7}", "nccl_d_us", "nccl_c_us", "d_x", "comb_x");
   }
-  if (plan.mode == BenchMode::kDecode && plan.decode_graph == DecodeGraph::kRound) {
+  if (plan.decode_graph == DecodeGraph::kRound) {
     os << fmt::format(" {:>9}", "round_us");
   }
   os << "\n" << std::flush;
@@ -207,7 +207,7 @@ void write_json(const std::string& path, const BenchPlan& plan, const std::strin
     record["combine_dtype"] = to_string(r.pair.combine);
     if (r.pair.num_sms != 0) record["num_sms"] = r.pair.num_sms;
     if (plan.copy_engine) record["copy_engine"] = true;
-    if (plan.mode == BenchMode::kDecode && plan.decode_graph == DecodeGraph::kRound) {
+    if (plan.decode_graph == DecodeGraph::kRound) {
       record["decode_graph"] = to_string(plan.decode_graph);
     }
     record["dispatch_us"] = r.dispatch_us;

@@ -241,7 +241,7 @@ void gather_ranks(BenchWorld& world, const BenchPlan& plan, PairShared& shared) 
   const int ranks = plan.shape.ranks;
   std::vector<std::vector<std::vector<double>>*> series;  // [W][iters] each
   for (auto& leg : shared.times) series.push_back(&leg);
-  if (plan.mode == BenchMode::kDecode && plan.decode_graph == DecodeGraph::kRound) {
+  if (plan.decode_graph == DecodeGraph::kRound) {
     series.push_back(&shared.round_times);
   }
   for (std::vector<std::vector<double>>* s : series) {
@@ -329,7 +329,7 @@ std::vector<PairResult> run_bench(BenchWorld& world, const BenchPlan& plan, Benc
     result.max_tokens = plan.max_tokens;
     result.dispatch_us = median_of_slowest(shared.times[0]);
     result.combine_us = median_of_slowest(shared.times[1]);
-    if (plan.mode == BenchMode::kDecode && plan.decode_graph == DecodeGraph::kRound) {
+    if (plan.decode_graph == DecodeGraph::kRound) {
       result.round_us = median_of_slowest(shared.round_times);
     }
     if (plan.nccl_baseline) {
