@@ -33,6 +33,7 @@ std::vector<Span> spans_of(const BufferLayout& l, bool low_latency) {
       {"counts", l.counts_offset(0, 0, 0), l.counts_offset(1, w - 1, w - 1) + 8},
       {"experts", l.experts_offset(0, 0, 0), l.experts_offset(1, w - 1, l.local_experts - 1) + 8},
       {"done", l.done_offset(0), l.done_offset(w - 1) + 8},
+      {"done counts", l.done_count_offset(0, 0), l.done_count_offset(1, w - 1) + 8},
       {"payload", l.recv_payload_offset(0), l.recv_payload_offset(rows)},
       {"scales", l.recv_scales_offset(0), l.recv_scales_offset(rows)},
       {"topk_idx", l.recv_topk_idx_offset(0), l.recv_topk_idx_offset(rows)},
@@ -91,7 +92,7 @@ TEST(Layout, RegionsAreAlignedDisjointAndInside) {
     EXPECT_LT(l.total_bytes() - previous_end, BufferLayout::kAlign) << "no slack at the end";
     // The control regions (zeroed at creation) come before the rows.
     EXPECT_EQ(l.control_bytes(), l.recv_payload_offset(0));
-    EXPECT_LE(spans[4].end, l.control_bytes());
+    EXPECT_LE(spans[5].end, l.control_bytes());  // up to the done counts
   }
 }
 
@@ -104,6 +105,24 @@ TEST(Layout, SameOffsetsOnEveryRank) {
   EXPECT_EQ(a.step_offset(1, 3) - a.step_offset(0, 0), 16 * (4 + 3));
   EXPECT_EQ(a.combine_row_offset(2, 5) - a.combine_row_offset(0, 0),
             (2 * 512 + 5) * a.combine_row_bytes);
+}
+
+TEST(Layout, DoneCountIsCompleteExactlyWhenEveryBlockAdded) {
+  // Each of a source's G blocks adds 1 | G << 32 (dispatch.cuh, add_block_done), so after c adds
+  // the word is c | c * G << 32. The wait must see it complete at c == G and at no other c, for
+  // every G a budget can give (up to the blocks of 132 SMs and beyond), also past G (a count
+  // that was never cleared) and at zero.
+  for (uint64_t g = 1; g <= 1100; ++g) {
+    EXPECT_FALSE(BufferLayout::done_count_complete(0)) << "G=" << g;
+    for (uint64_t c = 1; c <= 2 * g + 3; ++c) {
+      const uint64_t word = c * (1u | (g << 32));
+      ASSERT_EQ(BufferLayout::done_count_complete(word), c == g) << "G=" << g << " c=" << c;
+    }
+  }
+  // The largest grid it allows: G = 65535 blocks (the high half holds G * G < 2^32).
+  const uint64_t g = 65535;
+  EXPECT_TRUE(BufferLayout::done_count_complete(g * (1u | (g << 32))));
+  EXPECT_FALSE(BufferLayout::done_count_complete((g - 1) * (1u | (g << 32))));
 }
 
 }  // namespace

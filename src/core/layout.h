@@ -8,7 +8,11 @@
 //   counts     [2 parities][W src][W dst] uint64    {step << 32 | rows s -> d}
 //   experts    [2 parities][W src][E/W] uint64      {step << 32 | rows naming local e}
 //   done       [W src] uint64                       step: src's dispatch rows have landed (with
-//                                                   the copy-engine path also its combine rows)
+//                                                   the copy-engine path also its combine rows;
+//                                                   several nodes)
+//   done counts [2 parities][W src] uint64          one node's SM path: c | c * G << 32 after c
+//                                                   of the G blocks of src's dispatch have landed
+//                                                   their rows (done_count_complete)
 //   dispatch   payload [W*Tmax][payload bytes], scales [W*Tmax][scale bytes],
 //              topk_idx [W*Tmax][K] int32, topk_weights [W*Tmax][K] fp32,
 //              src_rank [W*Tmax] int32, src_token [W*Tmax] int32,
@@ -45,6 +49,7 @@ struct BufferLayout {
     kCounts,
     kExperts,
     kDone,
+    kDoneCounts,
     kPayload,
     kScales,
     kTopkIdx,
@@ -102,6 +107,7 @@ struct BufferLayout {
                                         8 * 2 * w * w,                  // counts
                                         8 * 2 * w * local_experts,      // experts
                                         8 * w,                          // done
+                                        8 * 2 * w,                      // done counts
                                         rows * dispatch_payload_bytes,  // payload
                                         rows * dispatch_scale_bytes,    // scales
                                         rows * topk * 4,                // topk_idx
@@ -150,6 +156,16 @@ struct BufferLayout {
            8 * ((static_cast<int64_t>(parity) * world_size + src) * local_experts + local_expert);
   }
   MOE_EP_HD int64_t done_offset(int src) const { return offset[kDone] + 8 * src; }
+  MOE_EP_HD int64_t done_count_offset(int parity, int src) const {
+    return offset[kDoneCounts] + 8 * (static_cast<int64_t>(parity) * world_size + src);
+  }
+  // Whether a done-count word says every block of its source's grid has added itself: each block
+  // adds 1 | G << 32 (G its grid's blocks), so after c blocks the word is c | c * G << 32, and
+  // the high half equals c * c exactly when c == G (G < 2^16: the high half does not wrap).
+  MOE_EP_HD static bool done_count_complete(uint64_t word) {
+    const uint64_t c = word & 0xffffffffu;
+    return c != 0 && (word >> 32) == c * c;
+  }
 
   // dispatch receive rows
   MOE_EP_HD int64_t recv_payload_offset(int64_t row) const {

@@ -413,7 +413,9 @@ DispatchResult CudaOp::dispatch(const DispatchArgs& args) {
         if (device_clear()) {
           ce_dispatch_copies(stream);
           ce_signal(world_size_ >= 64 ? ~uint64_t{0} : (uint64_t{1} << world_size_) - 1, stream);
-          MOE_EP_CUDA_CHECK(launch_dispatch_wait(dp, stream));
+          DispatchParams wait = dp;
+          wait.copy_engine = true;  // the wait for done words, which ce_signal stores
+          MOE_EP_CUDA_CHECK(launch_dispatch_wait(wait, stream));
         }
       } else {
         MOE_EP_CUDA_CHECK(launch_dispatch(config_.dispatch_dtype, prequantized, dp, data_blocks_,

@@ -186,7 +186,8 @@ struct DispatchParams {
   StageLayout stage_layout;
   // Copy-engine path: the launch packs (peers and send_offset then name the staging area and
   // NotifyParams::ce_stage_offset) and releases no done word; the host's copies and
-  // ce_signal_kernel do (copy_engine.cuh).
+  // ce_signal_kernel do (copy_engine.cuh). dispatch_wait_kernel: wait for done words (the
+  // copy-engine path, several nodes), not for done counts (one node's SM path).
   bool copy_engine = false;
 };
 
@@ -384,8 +385,9 @@ cudaError_t launch_validate(const ValidateParams& p, int max_blocks, cudaStream_
 cudaError_t launch_notify(const NotifyParams& p, int max_blocks, cudaStream_t stream);
 // count_kernel (notify.cuh) for c, its scan_tickets set here; at most max_blocks blocks.
 cudaError_t launch_count(CountParams c, int max_blocks, cudaStream_t stream);
-// The data kernel, then (with_wait) the kernel that waits for every source's done word. Several
-// nodes launch the wait after forwarding (launch_dispatch_wait).
+// The data kernel, then (with_wait) the kernel that waits for every source's rows (done counts
+// on one node's SM path, done words otherwise). Several nodes launch the wait after forwarding
+// (launch_dispatch_wait).
 cudaError_t launch_dispatch(DispatchDtype dtype, bool prequantized, const DispatchParams& p,
                             int num_blocks, cudaStream_t stream, bool with_wait = true);
 cudaError_t launch_dispatch_wait(const DispatchParams& p, cudaStream_t stream);
