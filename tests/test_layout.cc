@@ -112,15 +112,16 @@ TEST(Layout, DoneCountIsCompleteExactlyWhenEveryBlockAdded) {
   // the word is c | c * G << 32. The wait must see it complete at c == G and at no other c, for
   // every G a budget can give (up to the blocks of 132 SMs and beyond), also past G (a count
   // that was never cleared) and at zero.
+  EXPECT_FALSE(BufferLayout::done_count_complete(0));
   for (uint64_t g = 1; g <= 1100; ++g) {
-    EXPECT_FALSE(BufferLayout::done_count_complete(0)) << "G=" << g;
     for (uint64_t c = 1; c <= 2 * g + 3; ++c) {
       const uint64_t word = c * (1u | (g << 32));
       ASSERT_EQ(BufferLayout::done_count_complete(word), c == g) << "G=" << g << " c=" << c;
     }
   }
-  // The largest grid it allows: G = 65535 blocks (the high half holds G * G < 2^32).
-  const uint64_t g = 65535;
+  // The largest grid it allows (the high half holds G * G < 2^32).
+  const uint64_t g = BufferLayout::kMaxDoneCountBlocks;
+  EXPECT_LT(g * g, uint64_t{1} << 32);
   EXPECT_TRUE(BufferLayout::done_count_complete(g * (1u | (g << 32))));
   EXPECT_FALSE(BufferLayout::done_count_complete((g - 1) * (1u | (g << 32))));
 }

@@ -161,7 +161,8 @@ struct BufferLayout {
   }
   // Whether a done-count word says every block of its source's grid has added itself: each block
   // adds 1 | G << 32 (G its grid's blocks), so after c blocks the word is c | c * G << 32, and
-  // the high half equals c * c exactly when c == G (G < 2^16: the high half does not wrap).
+  // the high half equals c * c exactly when c == G (G <= kMaxDoneCountBlocks: no wrap).
+  static constexpr int64_t kMaxDoneCountBlocks = 65535;
   MOE_EP_HD static bool done_count_complete(uint64_t word) {
     const uint64_t c = word & 0xffffffffu;
     return c != 0 && (word >> 32) == c * c;

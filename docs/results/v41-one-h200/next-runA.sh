@@ -8,7 +8,8 @@
 # kernel clears the previous call's counts (a peer adds to them again only after this rank's
 # step word of the call after, which a later kernel stores; no receive can be pending then).
 # Several nodes keep the forwarders' done words. ptxas: no spills added, ll_send fp8 58 -> 62
-# registers, ll_step_kernel<false> 32 -> 38 (caps 64 and 1024 threads' 64).
+# registers, ll_step_kernel<false> 32 -> 38 (caps 64 and 1024 threads' 64). launch_ll_send refuses
+# a grid above BufferLayout::kMaxDoneCountBlocks on one node, as launch_dispatch does.
 # v40 run R: a one-token send ends 5.8 us after its step; v41 run V: the same end in normal mode
 # took about 1 us off. Predicted: 0.5-1.5 us off each decode dispatch (and off round_us), at 1 to
 # 256 tokens; the combine level.

@@ -11,6 +11,10 @@ static cudaError_t launch_dispatch_as(const DispatchParams& p, int num_blocks, c
   if constexpr (!kPrequantized && F::kBitsPerElem != 16) {
     if (dispatch_whole_slices<F>(p, kPrequantized)) kernel = dispatch_kernel<F, false, false, true>;
   }
+  // One node's SM path counts its blocks in a done count (BufferLayout::done_count_complete).
+  if (!p.nodes.several() && num_blocks > BufferLayout::kMaxDoneCountBlocks) {
+    return cudaErrorInvalidConfiguration;
+  }
   cudaError_t status =
       launch_following(kernel, dim3(num_blocks), dim3(Policy::kDataThreads), 0, stream, p);
   if (status != cudaSuccess || !with_wait) return status;
