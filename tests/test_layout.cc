@@ -108,7 +108,7 @@ TEST(Layout, SameOffsetsOnEveryRank) {
 }
 
 TEST(Layout, DoneCountIsCompleteExactlyWhenEveryBlockAdded) {
-  // Each of a source's G blocks adds 1 | G << 32 (dispatch.cuh, add_block_done), so after c adds
+  // Each of a source's G blocks adds 1 | G << 32 (common.cuh, count_block_done), so after c adds
   // the word is c | c * G << 32. The wait must see it complete at c == G and at no other c, for
   // every G a budget can give (up to the blocks of 132 SMs and beyond), also past G (a count
   // that was never cleared) and at zero.

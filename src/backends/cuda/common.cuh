@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "backends/cuda/device_error.h"
+#include "core/layout.h"
 
 namespace moe_ep::cuda_backend {
 
@@ -202,6 +203,33 @@ __device__ inline void signal_when_grid_done(unsigned int* counter, char* const*
       st_release_sys(reinterpret_cast<uint64_t*>(peers[p] + offset), value);
     }
   });
+}
+
+// Done-count signal, a block's end: every thread fences its own stores (a fence returns only
+// once they are performed at system scope), the barrier puts the adds after every thread's fence,
+// and the block adds 1 | G << 32 (G the grid's blocks) at byte `offset` of every peer buffer.
+// wait_done_count sees the grid once all G blocks have added (BufferLayout::done_count_complete),
+// whatever G is on each rank. No counter round trip, no last block, no second fence and no
+// release stores, which signal_when_grid_done pays (v40 run L: 1.1-2.2 us of a grid's 3.2-4.9 us
+// end). The waiter clears the count before its rank's next step word lets a peer add again.
+__device__ inline void count_block_done(char* const* peers, int world_size, int64_t offset) {
+  __threadfence_system();
+  __syncthreads();
+  const uint64_t one = 1u | (static_cast<uint64_t>(gridDim.x) << 32);
+  for (int p = threadIdx.x; p < world_size; p += blockDim.x) {
+    red_add_relaxed_sys(reinterpret_cast<uint64_t*>(peers[p] + offset), one);
+  }
+}
+
+// Waits (bounded, as wait_field) until the done count at `count` is complete.
+__device__ inline bool wait_done_count(const uint64_t* count, uint64_t timeout_ns,
+                                       const ErrorSink& err, int32_t phase, int32_t rank,
+                                       int32_t peer) {
+  const auto complete = [](uint64_t w) -> uint64_t {
+    return BufferLayout::done_count_complete(w) ? 1 : 0;
+  };
+  uint64_t word = 0;
+  return wait_field<true>(count, complete, 1, timeout_ns, err, phase, rank, peer, &word);
 }
 
 }  // namespace moe_ep::cuda_backend

@@ -7,7 +7,7 @@
 // for another node is written once per such node into a staged row (StageLayout) that the
 // transport carries to the forwarder there (nodes.cuh). Slices keep small batches from waiting on one warp per row. Nothing in the
 // kernel waits, so any resident subset of its blocks finishes it. On one node's SM path each
-// block adds itself to this source's done count in every destination (add_block_done); with
+// block adds itself to this source's done count in every destination (count_block_done); with
 // several nodes the last block releases the per-source done flag in this node's destinations;
 // dispatch_wait_kernel waits for all sources'.
 #pragma once
@@ -283,24 +283,6 @@ __device__ __forceinline__ void send_bytes(const DispatchParams& p, const RecvFi
   }
 }
 
-// One node's SM path, a block's end: its rows are in place (every thread's system fence returns
-// only once that thread's stores are performed at system scope, and the barrier puts the adds
-// after every thread's fence), then it adds 1 | G << 32 (G = the grid's blocks) to this rank's
-// done count in every rank of the call's parity; dispatch_wait_kernel sees the whole grid once
-// the count is complete (BufferLayout::done_count_complete), whatever G is on each rank (budgets
-// may differ). No counter round trip, no last block, no second fence and no release stores after
-// it, which signal_when_grid_done pays (v40 run L: 1.1-2.2 us of a grid's 3.2-4.9 us end).
-__device__ inline void add_block_done(const DispatchParams& p) {
-  __threadfence_system();
-  __syncthreads();
-  const uint64_t one = 1u | (static_cast<uint64_t>(gridDim.x) << 32);
-  const int parity = static_cast<int>(p.step & 1);
-  const int64_t offset = p.layout.done_count_offset(parity, p.info.rank);
-  for (int q = threadIdx.x; q < p.info.world_size; q += blockDim.x) {
-    red_add_relaxed_sys(reinterpret_cast<uint64_t*>(p.peers.base[q] + offset), one);
-  }
-}
-
 // kNodes: several nodes (staged rows); the one-node instantiation keeps the registers it had
 // before the path across nodes existed (64 is the cap at 2 blocks per SM).
 // kWhole (dispatch_whole_slices: one node, from bf16 to a quantized format, every slice inside
@@ -361,8 +343,9 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
   // Copy-engine path: the rows are in the staging area (and this rank's own in place); the
   // host's copies and then ce_signal_kernel release the done words (copy_engine.cuh).
   if (p.copy_engine) return;
-  if constexpr (!kNodes) {
-    add_block_done(p);
+  if constexpr (!kNodes) {  // this rank's done count of the call's parity, in every rank
+    count_block_done(p.peers.base, info.world_size,
+                     p.layout.done_count_offset(static_cast<int>(p.step & 1), info.rank));
     return;
   }
   // This rank's done word in its node's ranks; the other nodes' ranks get it from their
@@ -379,7 +362,7 @@ inline bool dispatch_whole_slices(const DispatchParams& p, bool prequantized) {
 }
 
 // Receiver role: wait until every source's rows have landed: one node's SM path by its done
-// count (add_block_done), which it then clears for the call after next of its parity (a peer
+// count (count_block_done), which it then clears for the call after next of its parity (a peer
 // adds to it again only after this rank's step word of that call, stored after this kernel);
 // the copy-engine path and several nodes by the source's done word.
 __global__ void dispatch_wait_kernel(DispatchParams p) {
@@ -390,12 +373,7 @@ __global__ void dispatch_wait_kernel(DispatchParams p) {
   if (!p.copy_engine && !p.nodes.several()) {
     auto* count = reinterpret_cast<uint64_t*>(
         p.peers.base[p.info.rank] + p.layout.done_count_offset(static_cast<int>(p.step & 1), src));
-    uint64_t word = 0;
-    const auto complete = [](uint64_t w) -> uint64_t {
-      return BufferLayout::done_count_complete(w) ? 1 : 0;
-    };
-    if (wait_field<true>(count, complete, 1, p.timeout_ns, p.err, kPhaseDispatchWait, p.info.rank,
-                         src, &word)) {
+    if (wait_done_count(count, p.timeout_ns, p.err, kPhaseDispatchWait, p.info.rank, src)) {
       *count = 0;
     }
     return;
