@@ -46,6 +46,8 @@ std::vector<Span> spans_of(const BufferLayout& l, bool low_latency) {
   if (low_latency) {
     spans.push_back({"ll steps", l.ll_step_offset(0, 0), l.ll_step_offset(1, w - 1) + 16});
     spans.push_back({"ll done", l.ll_done_offset(0), l.ll_done_offset(w - 1) + 8});
+    spans.push_back(
+        {"ll done counts", l.ll_done_count_offset(0, 0), l.ll_done_count_offset(1, w - 1) + 8});
     spans.push_back({"ll counts", l.ll_counts_offset(0, 0),
                      l.ll_counts_offset(w - 1, l.local_experts - 1) + 4});
     spans.push_back({"ll flags", l.ll_flag_offset(0, 0), l.ll_flag_offset(w, 0)});

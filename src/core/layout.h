@@ -22,6 +22,11 @@
 //   decode mode only (OpConfig::low_latency; sized 0 otherwise):
 //   ll steps   [2 parities][W src] {info, tag}      the decode calls' own step words
 //   ll done    [W src] uint64                       {step << 32 | T_src}: src's rows landed
+//                                                   (one node: stored by every block of src's
+//                                                   send, complete once its done count is)
+//   ll done counts [2 parities][W src] uint64       one node: c | c * G << 32 after c of the G
+//                                                   blocks of src's send of a dispatch call of
+//                                                   that parity have landed (done_count_complete)
 //   ll counts  [W src][E/W] int32                   tokens of src naming local expert e
 //   ll flags   [W src][Tmax] uint64                 step << 1 | (token t of src comes here)
 //   ll stage   [W src][Tmax][payload + scale bytes] token t of src, once per destination rank
@@ -61,6 +66,7 @@ struct BufferLayout {
     kCombineFlags,
     kLlSteps,
     kLlDone,
+    kLlDoneCounts,
     kLlCounts,
     kLlFlags,
     kLlStage,
@@ -119,6 +125,7 @@ struct BufferLayout {
                                         8 * rows,                       // combine flags
                                         ll * 16 * 2 * w,                // ll steps
                                         ll * 8 * w,                     // ll done
+                                        ll * 8 * 2 * w,                 // ll done counts
                                         ll * 4 * w * local_experts,     // ll counts
                                         ll * 8 * rows,                  // ll flags
                                         ll * rows * l.stage_row_bytes,  // ll stage
@@ -202,6 +209,10 @@ struct BufferLayout {
     return offset[kLlSteps] + 16 * (static_cast<int64_t>(parity) * world_size + src);
   }
   MOE_EP_HD int64_t ll_done_offset(int src) const { return offset[kLlDone] + 8 * src; }
+  // By the parity of the dispatch call's number (LowLatencyState::dispatch_calls), not the step's.
+  MOE_EP_HD int64_t ll_done_count_offset(int parity, int src) const {
+    return offset[kLlDoneCounts] + 8 * (static_cast<int64_t>(parity) * world_size + src);
+  }
   MOE_EP_HD int64_t ll_counts_offset(int src, int local_expert) const {
     return offset[kLlCounts] + 4 * (static_cast<int64_t>(src) * local_experts + local_expert);
   }

@@ -5,11 +5,11 @@
 // rank at its canonical row (computed by notify); the warp with a row's first slice also writes
 // the row's metadata. With several nodes only this node's ranks are stored into; a token bound
 // for another node is written once per such node into a staged row (StageLayout) that the
-// transport carries to the forwarder there (nodes.cuh). Slices keep small batches from waiting on one warp per row. Nothing in the
-// kernel waits, so any resident subset of its blocks finishes it. On one node's SM path each
-// block adds itself to this source's done count in every destination (count_block_done); with
-// several nodes the last block releases the per-source done flag in this node's destinations;
-// dispatch_wait_kernel waits for all sources'.
+// transport carries to the forwarder there (nodes.cuh). Slices keep small batches from waiting
+// on one warp per row. Nothing in the kernel waits, so any resident subset of its blocks
+// finishes it. On one node's SM path each block adds itself to this source's done count in every
+// destination (count_block_done); with several nodes the last block releases the per-source done
+// flag in this node's destinations; dispatch_wait_kernel waits for all sources'.
 #pragma once
 
 #include "backends/cuda/data_common.cuh"

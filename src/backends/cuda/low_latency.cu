@@ -56,8 +56,12 @@ cudaError_t launch_ll_send(DispatchDtype dtype, bool prequantized, const LowLate
                                         : (p.info.hidden + Policy::kDispatchSliceElems - 1) /
                                               Policy::kDispatchSliceElems;
     const int64_t items = static_cast<int64_t>(p.num_tokens) * (1 + slices);
-    return launch_following(kernel, blocks_for_warp_items(items, num_blocks), Policy::kDataThreads,
-                            stream, p);
+    const int blocks = blocks_for_warp_items(items, num_blocks);
+    // One node counts the send's blocks in a done count (BufferLayout::done_count_complete).
+    if (!p.nodes.several() && blocks > BufferLayout::kMaxDoneCountBlocks) {
+      return cudaErrorInvalidConfiguration;
+    }
+    return launch_following(kernel, blocks, Policy::kDataThreads, stream, p);
   });
 }
 

@@ -97,6 +97,15 @@ __global__ void __launch_bounds__(Policy::kNotifyThreads, 1) ll_step_kernel(LowL
     init_step_votes(votes, p.err, info.world_size);
   }
   __syncthreads();
+  // One node's dispatch: the previous dispatch call's done counts are cleared for the call after
+  // this one (ll_add_block_done). Its expand has read them (every kernel of that call ran before
+  // this one), and a peer adds to them again only in the call after this one, after this rank's
+  // step word of that call, which a later kernel stores.
+  if (dispatch && !p.nodes.several() && threadIdx.x < info.world_size) {
+    *reinterpret_cast<uint64_t*>(
+        p.peers.base[info.rank] +
+        p.layout.ll_done_count_offset(static_cast<int>((call - 1) & 1), threadIdx.x)) = 0;
+  }
   const bool rejected = p.host_rejected || votes.scan_rejected;
   const uint64_t my_info = StepInfo::with_step(StepInfo::pack(p.kind, rejected, call), step);
   const uint64_t peer_info = exchange_step_words(info, p.peers, p.layout, StepWords::kDecode, step,
@@ -153,6 +162,21 @@ __device__ __forceinline__ uint64_t token_destinations(const int32_t* slots, con
 __device__ __forceinline__ char* ll_message_out(const LowLatencyParams& p, int n) {
   return p.msg_out + static_cast<int64_t>(p.nodes.slot(n)) * p.msg.bytes;
 }
+// One node's send, a block's end: this rank's done word {step, T} into every destination (the
+// same value from every block, stored before the block's fence), then the block's add to this
+// rank's done count of the dispatch call's parity in every destination (count_block_done).
+// ll_wait_sources takes the rows once the count is complete.
+__device__ inline void ll_add_block_done(const LowLatencyParams& p, uint64_t step) {
+  const RankInfo& info = p.info;
+  for (int q = threadIdx.x; q < info.world_size; q += blockDim.x) {
+    st_relaxed_sys(
+        reinterpret_cast<uint64_t*>(p.peers.base[q] + p.layout.ll_done_offset(info.rank)),
+        step << 32 | static_cast<uint64_t>(p.num_tokens));
+  }
+  const int parity = static_cast<int>(p.state->dispatch_calls & 1);
+  count_block_done(p.peers.base, info.world_size, p.layout.ll_done_count_offset(parity, info.rank));
+}
+
 // kNodes: the op spans several nodes (p.nodes.several()); the one-node instantiation of the send
 // has none of the branches across nodes (they cost about 1 us per decode dispatch decided at run
 // time: docs/perf-history.md, v20).
@@ -487,15 +511,14 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
       }
     }
   }
-  // One node: the done words once every block is done (the counts went out first, above).
-  // Several nodes: the last block stores this rank's per-expert token counts (the slots' atomics,
-  // resetting them for the next call): those of this node's experts into every destination's
-  // counts row, those of another node's experts into the message for it, then its header's T
-  // and `sent` step; the done words go to this node's ranks only. A destination that sees its
-  // done word sees the counts and the rows.
+  // One node: each block's done word and its add to the done counts (the counts went out first,
+  // above). Several nodes: the last block stores this rank's per-expert token counts (the slots'
+  // atomics, resetting them for the next call): those of this node's experts into every
+  // destination's counts row, those of another node's experts into the message for it, then its
+  // header's T and `sent` step; the done words go to this node's ranks only. A destination that
+  // sees its done word sees the counts and the rows.
   if constexpr (!kNodes) {
-    signal_when_grid_done(p.tickets + 2, p.peers.base, info.world_size,
-                          p.layout.ll_done_offset(info.rank), step << 32 | p.num_tokens);
+    ll_add_block_done(p, step);
     return;
   }
   const int first = nodes ? p.nodes.first_rank() : 0;

@@ -7,7 +7,11 @@
 namespace moe_ep::cuda_backend {
 
 // Waits (bounded) for every source's done word of this step; returns false when a wait gave up.
-// Fills tokens[s] (in shared memory) with each source's T.
+// Fills tokens[s] (in shared memory) with each source's T. One node: first for the source's done
+// count of the dispatch call (every block of its send added itself, ll_add_block_done; every block
+// of this kernel reads it, the next dispatch's step kernel clears it); its done word, stored by
+// each block before its fence, is then in place. Several nodes: the done word alone, which the
+// forwarder releases.
 __device__ __forceinline__ bool ll_wait_sources(const LowLatencyParams& p, uint64_t step,
                                                 int* tokens) {
   __shared__ int gave_up;
@@ -16,10 +20,19 @@ __device__ __forceinline__ bool ll_wait_sources(const LowLatencyParams& p, uint6
   const int s = threadIdx.x;
   if (s < p.info.world_size) {
     uint64_t word = 0;
-    const auto* done =
-        reinterpret_cast<const uint64_t*>(p.peers.base[p.info.rank] + p.layout.ll_done_offset(s));
-    if (wait_tagged(done, 32, step, p.timeout_ns, p.err, kPhaseDispatchWait, p.info.rank, s,
-                    &word)) {
+    const char* self = p.peers.base[p.info.rank];
+    const auto* done = reinterpret_cast<const uint64_t*>(self + p.layout.ll_done_offset(s));
+    bool counted = true;
+    if (!p.nodes.several()) {
+      const int parity = static_cast<int>(p.state->dispatch_calls & 1);
+      const auto* count =
+          reinterpret_cast<const uint64_t*>(self + p.layout.ll_done_count_offset(parity, s));
+      counted = wait_done_count(count, p.timeout_ns, p.err, kPhaseDispatchWait, p.info.rank, s);
+    }
+    // After a complete count the word holds this step already (or the wait names the step it
+    // found instead, at the timeout: never rows taken from another call).
+    if (counted && wait_tagged(done, 32, step, p.timeout_ns, p.err, kPhaseDispatchWait, p.info.rank,
+                               s, &word)) {
       tokens[s] = static_cast<int>(word & 0xffffffffu);
     } else {
       gave_up = 1;

@@ -1,0 +1,149 @@
+// v42 probe (not part of the library): which streams share a hardware queue, and whether a
+// kernel that lets the next one launch early (programmatic dependent launch) frees its queue.
+// v42 run B: without programmatic dependent launch the one-GPU world's W = 8 processes failed
+// 8 of 63 times (a rank's first kernel began only when the others had timed out), with it 0 of
+// 63. If two ranks' streams shared a queue, a rank's kernel queued behind another rank's waiting
+// kernel would wait for it, and early launches would let the queue move on. Three questions:
+//   1. streams made one after another with CUDA_DEVICE_MAX_CONNECTIONS=32: which share a queue
+//      (a spinning kernel on stream j; does a small kernel on stream k run meanwhile)?
+//   2. does a stream made after others were destroyed take the next queue in turn?
+//   3. on two streams that share a queue, does the small kernel run while the spinner spins
+//      (a) with nothing after the spinner, (b) with a kernel after it launched with the
+//      programmatic attribute, the spinner letting it launch at once, (c) the same kernel after
+//      it without the attribute?
+//   nvcc -O3 -arch=sm_90 -o queue_probe queue_probe.cu && ./queue_probe
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+#include <vector>
+
+#define CHECK(x)                                                                  \
+  do {                                                                            \
+    cudaError_t e_ = (x);                                                         \
+    if (e_ != cudaSuccess) {                                                      \
+      std::printf("%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      std::abort();                                                               \
+    }                                                                             \
+  } while (0)
+
+__device__ uint64_t now_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// Spins until *release or limit_ns; *started = 1 once it runs.
+__global__ void spin(volatile int* release, volatile int* started, uint64_t limit_ns,
+                     int trigger) {
+  if (trigger) asm volatile("griddepcontrol.launch_dependents;");
+  *started = 1;
+  const uint64_t t0 = now_ns();
+  while (*release == 0 && now_ns() - t0 < limit_ns) {
+  }
+}
+__global__ void tiny(volatile int* done) { *done = 1; }
+__global__ void follower() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+
+struct Mapped {
+  int* h = nullptr;
+  int* d = nullptr;
+  Mapped() {
+    CHECK(cudaHostAlloc(&h, 3 * sizeof(int), cudaHostAllocMapped));
+    CHECK(cudaHostGetDevicePointer(&d, h, 0));
+  }
+  volatile int& release() { return h[0]; }
+  volatile int& started() { return h[1]; }
+  volatile int& done() { return h[2]; }
+};
+
+enum class After { kNothing, kPdl, kPlain };
+
+// Whether a small kernel on `k` runs while a spinner on `j` spins (false: they share a queue).
+bool runs_beside(Mapped& m, cudaStream_t j, cudaStream_t k, After after = After::kNothing) {
+  m.release() = 0;
+  m.started() = 0;
+  m.done() = 0;
+  spin<<<1, 32, 0, j>>>(m.d, m.d + 1, 200000000ull, after == After::kPdl);
+  CHECK(cudaGetLastError());
+  if (after != After::kNothing) {
+    cudaLaunchConfig_t c{};
+    c.gridDim = dim3(1);
+    c.blockDim = dim3(32);
+    c.stream = j;
+    cudaLaunchAttribute a{};
+    a.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    a.val.programmaticStreamSerializationAllowed = 1;
+    c.attrs = &a;
+    c.numAttrs = after == After::kPdl ? 1 : 0;
+    CHECK(cudaLaunchKernelEx(&c, follower));
+  }
+  while (m.started() == 0) {
+  }
+  tiny<<<1, 1, 0, k>>>(m.d + 2);
+  CHECK(cudaGetLastError());
+  bool ran = false;
+  for (int i = 0; i < 2000 && !ran; ++i) {  // up to about 2 ms
+    ran = m.done() != 0;
+    if (!ran) std::this_thread::sleep_for(std::chrono::microseconds(1));
+  }
+  m.release() = 1;
+  CHECK(cudaStreamSynchronize(j));
+  CHECK(cudaStreamSynchronize(k));
+  return ran;
+}
+
+int main() {
+  setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 1);
+  CHECK(cudaSetDevice(0));
+  Mapped m;
+  constexpr int kStreams = 40;
+  std::vector<cudaStream_t> s(kStreams);
+  for (auto& x : s) CHECK(cudaStreamCreateWithFlags(&x, cudaStreamNonBlocking));
+  // 1. Each stream's queue: the first earlier stream it cannot run beside.
+  std::printf("1. streams made in turn, the earlier stream each shares a queue with:\n");
+  int shared = 0;
+  for (int k = 1; k < kStreams; ++k) {
+    for (int j = 0; j < k; ++j) {
+      if (!runs_beside(m, s[j], s[k])) {
+        std::printf("  stream %d shares with stream %d\n", k, j);
+        ++shared;
+        break;
+      }
+    }
+  }
+  std::printf("  %d of %d streams share a queue with an earlier one\n", shared, kStreams - 1);
+  // 2. Five streams made and destroyed, then one more: which queue?
+  for (int i = 0; i < 5; ++i) {
+    cudaStream_t t;
+    CHECK(cudaStreamCreateWithFlags(&t, cudaStreamNonBlocking));
+    CHECK(cudaStreamDestroy(t));
+  }
+  cudaStream_t u;
+  CHECK(cudaStreamCreateWithFlags(&u, cudaStreamNonBlocking));
+  std::printf("2. after 5 made and destroyed, the next stream shares with:");
+  for (int j = 0; j < kStreams; ++j) {
+    if (!runs_beside(m, s[j], u)) std::printf(" %d", j);
+  }
+  std::printf("\n");
+  // 3. Streams 0 and 32 (or the first pair found above) under the three cases.
+  int a = -1, b = -1;
+  for (int k = 1; k < kStreams && a < 0; ++k) {
+    for (int j = 0; j < k; ++j) {
+      if (!runs_beside(m, s[j], s[k])) {
+        a = j;
+        b = k;
+        break;
+      }
+    }
+  }
+  if (a >= 0) {
+    for (int rep = 0; rep < 3; ++rep) {
+      std::printf("3. streams %d and %d: small kernel runs beside the spinner: alone %d, then a"
+                  " PDL follower %d, then a plain follower %d\n",
+                  a, b, runs_beside(m, s[a], s[b]), runs_beside(m, s[a], s[b], After::kPdl),
+                  runs_beside(m, s[a], s[b], After::kPlain));
+    }
+  }
+  return 0;
+}
