@@ -11,6 +11,10 @@
 //      (a) with nothing after the spinner, (b) with a kernel after it launched with the
 //      programmatic attribute, the spinner letting it launch at once, (c) the same kernel after
 //      it without the attribute?
+//   4. with B streams busy at once (each a spinner and a plain follower, which holds its queue),
+//      does a small kernel on one more stream run? (The driver may bind streams to queues as they
+//      get work, so pairs alone, as in 1, may never meet on one queue.) PROBE_BUSY_ONLY=1 runs 4
+//      alone.
 //   nvcc -O3 -arch=sm_90 -o queue_probe queue_probe.cu && ./queue_probe
 #include <cstdint>
 #include <cstdio>
@@ -49,7 +53,7 @@ struct Mapped {
   int* h = nullptr;
   int* d = nullptr;
   Mapped() {
-    CHECK(cudaHostAlloc(&h, 3 * sizeof(int), cudaHostAllocMapped));
+    CHECK(cudaHostAlloc(&h, 128 * sizeof(int), cudaHostAllocMapped));
     CHECK(cudaHostGetDevicePointer(&d, h, 0));
   }
   volatile int& release() { return h[0]; }
@@ -94,18 +98,75 @@ bool runs_beside(Mapped& m, cudaStream_t j, cudaStream_t k, After after = After:
 }
 
 int main() {
-  setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 1);
+  // PROBE_CONNECTIONS: the queues asked for (default 32, the tests' setting); 1 is the control
+  // in which every stream shares one queue.
+  const char* want = std::getenv("PROBE_CONNECTIONS");
+  setenv("CUDA_DEVICE_MAX_CONNECTIONS", want != nullptr ? want : "32", 1);
+  std::printf("CUDA_DEVICE_MAX_CONNECTIONS=%s\n", std::getenv("CUDA_DEVICE_MAX_CONNECTIONS"));
   CHECK(cudaSetDevice(0));
   Mapped m;
   constexpr int kStreams = 40;
   std::vector<cudaStream_t> s(kStreams);
   for (auto& x : s) CHECK(cudaStreamCreateWithFlags(&x, cudaStreamNonBlocking));
+  // 4. B busy streams (s[0..B-1]), then a small kernel on s[B].
+  const char* list_env = std::getenv("PROBE_BUSY_SHORT");
+  const std::vector<int> busy_counts = list_env != nullptr
+                                           ? std::vector<int>{3, 4, 5, 8}
+                                           : std::vector<int>{1, 2, 3, 4, 5, 8, 16, 24, 30, 31,
+                                                              32, 33, 38};
+  for (int busy : busy_counts) {
+    int* rel = m.d + 64;  // every spinner's release and started words: h[64], h[65 + i]
+    m.h[64] = 0;
+    for (int i = 0; i < busy; ++i) m.h[65 + i] = 0;
+    m.done() = 0;
+    // PROBE_VARIANT: what follows each spinner: 0 a plain follower, 1 nothing, 2 a follower
+    // launched with the programmatic attribute (the spinner lets it launch), 3 an event record.
+    const char* variant_env = std::getenv("PROBE_VARIANT");
+    const int variant = variant_env != nullptr ? std::atoi(variant_env) : 0;
+    for (int i = 0; i < busy; ++i) {
+      spin<<<1, 32, 0, s[i]>>>(rel, m.d + 65 + i, 200000000ull, variant == 2);
+      if (variant == 0) follower<<<1, 32, 0, s[i]>>>();
+      if (variant == 2) {
+        cudaLaunchConfig_t c{};
+        c.gridDim = dim3(1);
+        c.blockDim = dim3(32);
+        c.stream = s[i];
+        cudaLaunchAttribute a{};
+        a.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        a.val.programmaticStreamSerializationAllowed = 1;
+        c.attrs = &a;
+        c.numAttrs = 1;
+        CHECK(cudaLaunchKernelEx(&c, follower));
+      }
+      if (variant == 3) {
+        cudaEvent_t e;
+        CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+        CHECK(cudaEventRecord(e, s[i]));
+        CHECK(cudaEventDestroy(e));
+      }
+    }
+    CHECK(cudaGetLastError());
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    int started = 0;
+    for (int i = 0; i < busy; ++i) started += m.h[65 + i];
+    tiny<<<1, 1, 0, s[busy]>>>(m.d + 2);
+    bool ran = false;
+    for (int i = 0; i < 2000 && !ran; ++i) {
+      ran = m.done() != 0;
+      if (!ran) std::this_thread::sleep_for(std::chrono::microseconds(1));
+    }
+    std::printf("4. %2d busy streams (%2d spinners running): a small kernel on one more %s\n", busy,
+                started, ran ? "ran" : "waited");
+    m.h[64] = 1;
+    CHECK(cudaDeviceSynchronize());
+  }
+  if (std::getenv("PROBE_BUSY_ONLY") != nullptr) return 0;
   // 1. Each stream's queue: the first earlier stream it cannot run beside.
   std::printf("1. streams made in turn, the earlier stream each shares a queue with:\n");
   int shared = 0;
   for (int k = 1; k < kStreams; ++k) {
     for (int j = 0; j < k; ++j) {
-      if (!runs_beside(m, s[j], s[k])) {
+      if (!runs_beside(m, s[j], s[k], After::kPlain)) {
         std::printf("  stream %d shares with stream %d\n", k, j);
         ++shared;
         break;
@@ -123,14 +184,14 @@ int main() {
   CHECK(cudaStreamCreateWithFlags(&u, cudaStreamNonBlocking));
   std::printf("2. after 5 made and destroyed, the next stream shares with:");
   for (int j = 0; j < kStreams; ++j) {
-    if (!runs_beside(m, s[j], u)) std::printf(" %d", j);
+    if (!runs_beside(m, s[j], u, After::kPlain)) std::printf(" %d", j);
   }
   std::printf("\n");
   // 3. Streams 0 and 32 (or the first pair found above) under the three cases.
   int a = -1, b = -1;
   for (int k = 1; k < kStreams && a < 0; ++k) {
     for (int j = 0; j < k; ++j) {
-      if (!runs_beside(m, s[j], s[k])) {
+      if (!runs_beside(m, s[j], s[k], After::kPlain)) {
         a = j;
         b = k;
         break;

@@ -9,16 +9,20 @@
 //               stage row [this rank][token], with the token's local expert ids, weights and
 //               slot ranks (how many earlier tokens of this rank name the slot's expert) for
 //               that destination; every destination also gets the token's flag word (step,
-//               comes here or not). The last block stores this rank's per-expert token counts
-//               into every destination's counts row, then releases {step, T} in its done word.
-//   ll_expand:  (low_latency_expand.cuh) once every source's done word is in, every warp of
-//               the grid takes work items, none waiting for another: (token of a source, part
-//               of its row) copies the part from the stage row into the slab row of every local
-//               expert the token names, that row being the sum of the earlier sources' counts
-//               of the expert plus the slot's rank (canonical order, source rank then token,
-//               with no scan here); the first part's item also records slot_rows[s][t][k] (the
-//               slab row of each local slot) and the row's sources; (expert, chunk of rows)
-//               items write counts and -1 sources past them.
+//               comes here or not). One node: block 0 stores this rank's per-expert token
+//               counts into every destination's counts row, and every block ends by storing
+//               {step, T} in its done word and adding itself to this rank's done count there
+//               (ll_add_block_done). Several nodes: the last block stores the counts, then
+//               releases the done word.
+//   ll_expand:  (low_latency_expand.cuh) once every source's done count (one node) and done
+//               word are in, every warp of the grid takes work items, none waiting for
+//               another: (token of a source, part of its row) copies the part from the stage
+//               row into the slab row of every local expert the token names, that row being
+//               the sum of the earlier sources' counts of the expert plus the slot's rank
+//               (canonical order, source rank then token, with no scan here); the first part's
+//               item also records slot_rows[s][t][k] (the slab row of each local slot) and the
+//               row's sources; (expert, chunk of rows) items write counts and -1 sources past
+//               them.
 //   ll_combine: (low_latency_combine.cuh) warps take tickets for slices of rows
 //               (kDispatchSliceElems elements), so one token spreads over several warps: items
 //               [0, W*Tmax*slices) are (source, token, slice) candidates, sends for those that
