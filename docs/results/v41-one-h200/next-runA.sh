@@ -1,5 +1,5 @@
 #!/bin/bash
-# Prepared in v41 for the next session, NOT RUN YET. A = main + next-ll-done-counts.patch: one
+# Prepared in v41 for the next session; ran in v42 as run A (docs/results/v42-one-h200/runA-*). A = main + next-ll-done-counts.patch: one
 # node's decode send ends as v41's normal-mode dispatch does. Each block of ll_send stores this
 # rank's done word {step, T} into every destination (the same value from every block), fences,
 # and adds 1 | G << 32 into this rank's done count of the dispatch call's parity

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Prepared in v41 for the next session, NOT RUN YET: what holds a rank's first kernel in the
+# Prepared in v41 for the next session; ran in v42 as run B (docs/results/v42-one-h200/runB-*): what holds a rank's first kernel in the
 # one-GPU world's stall. v41 runs X-Z: 2-4% of the processes that run test_gpu_world's W = 8
 # tests fail in the first dispatch, on main as on V. In four failures one rank's count_kernel
 # began on the device 10.0 s after its host launched it (ranks 4, 3, 2, 2, by the op's own

@@ -10,6 +10,7 @@
 # launch, and the host wait (polling) says at 2 s: is the work before the step done (if not, the
 # stream's earlier work holds it), has the step begun, does a 1-thread and a 1024-thread kernel
 # on a stream made then run within 100 ms (if not, the device takes no new work at all)?
+# First queue_probe.cu's question 5 (copies behind spinning kernels: the stall's upload form).
 # Arms alternating until about 560 s: P = probe + next-no-pdl-probe.patch (v41's), Q = probe.
 #   bash docs/results/v42-one-h200/next-runE.sh      (logs to $OUT)
 set -u
@@ -18,6 +19,9 @@ export NCCL_NVLS_ENABLE=0 CUDA_MODULE_LOADING=EAGER
 CFG="-G Ninja -DCMAKE_BUILD_TYPE=Release -DMOE_EP_ENABLE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DMOE_EP_BUILD_TESTS=ON -DPython3_EXECUTABLE=$(command -v python3)"
 SRC="CMakeLists.txt CMakePresets.json cmake include src tools python pyproject.toml tests examples"
 R=docs/results/v42-one-h200
+nvcc -O3 -arch=sm_90 -o /tmp/queue_probe $R/queue_probe.cu &&
+  PROBE_COPIES=1 CUDA_DEVICE_MAX_CONNECTIONS=32 timeout 60 /tmp/queue_probe > $OUT/probe-copies.log 2>&1
+cat $OUT/probe-copies.log
 rm -rf tmp-gpu && mkdir -p tmp-gpu/P tmp-gpu/Q
 for v in P Q; do tar -c $SRC | tar -x -C tmp-gpu/$v; (cd tmp-gpu/$v && patch -p1 -s < ../../$R/next-stall-probe.patch); done
 (cd tmp-gpu/P && patch -p1 -s < ../../docs/results/v41-one-h200/next-no-pdl-probe.patch)
@@ -38,7 +42,7 @@ for i in $(seq 1 500); do for v in P Q; do
     } >> $OUT/late.txt
     [ $(ls $OUT | grep -c "^fail-$v") -lt 2 ] && cp $OUT/r.log $OUT/fail-$v-$i.log
   fi
-done; [ $(( $(date +%s) - T0 )) -gt 560 ] && break; done > $OUT/reps.txt
+done; [ $(( $(date +%s) - T0 )) -gt 550 ] && break; done > $OUT/reps.txt
 rm -f $OUT/r.log
 awk '{n[$1]++; if ($4 != 0) f[$1]++} END {for (v in n) print v, n[v], "runs", f[v] + 0, "failed"}' $OUT/reps.txt
 [ -f $OUT/late.txt ] && cat $OUT/late.txt

@@ -15,6 +15,11 @@
 //      does a small kernel on one more stream run? (The driver may bind streams to queues as they
 //      get work, so pairs alone, as in 1, may never meet on one queue.) PROBE_BUSY_ONLY=1 runs 4
 //      alone.
+//   5. (prepared after run C's probes, not run yet; PROBE_COPIES=1 runs 5 alone) copies: with B
+//      streams each holding a copy behind a spinning kernel (1 MiB host-to-device from pinned memory,
+//      or device-to-device), or a plain launch behind one, does a host-to-device copy on one
+//      more stream finish? The one-GPU world's stall has a form where a rank's upload returns
+//      only when its peers time out.
 //   nvcc -O3 -arch=sm_90 -o queue_probe queue_probe.cu && ./queue_probe
 #include <cstdint>
 #include <cstdio>
@@ -22,13 +27,13 @@
 #include <thread>
 #include <vector>
 
-#define CHECK(x)                                                                  \
-  do {                                                                            \
-    cudaError_t e_ = (x);                                                         \
-    if (e_ != cudaSuccess) {                                                      \
+#define CHECK(x)                                                                     \
+  do {                                                                               \
+    cudaError_t e_ = (x);                                                            \
+    if (e_ != cudaSuccess) {                                                         \
       std::printf("%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::abort();                                                               \
-    }                                                                             \
+      std::abort();                                                                  \
+    }                                                                                \
   } while (0)
 
 __device__ uint64_t now_ns() {
@@ -38,8 +43,7 @@ __device__ uint64_t now_ns() {
 }
 
 // Spins until *release or limit_ns; *started = 1 once it runs.
-__global__ void spin(volatile int* release, volatile int* started, uint64_t limit_ns,
-                     int trigger) {
+__global__ void spin(volatile int* release, volatile int* started, uint64_t limit_ns, int trigger) {
   if (trigger) asm volatile("griddepcontrol.launch_dependents;");
   *started = 1;
   const uint64_t t0 = now_ns();
@@ -109,11 +113,44 @@ int main() {
   std::vector<cudaStream_t> s(kStreams);
   for (auto& x : s) CHECK(cudaStreamCreateWithFlags(&x, cudaStreamNonBlocking));
   // 4. B busy streams (s[0..B-1]), then a small kernel on s[B].
+  if (std::getenv("PROBE_COPIES") != nullptr) {
+    char* pinned = nullptr;
+    char* device = nullptr;
+    CHECK(cudaHostAlloc(&pinned, 64 << 20, cudaHostAllocDefault));
+    CHECK(cudaMalloc(&device, 64 << 20));
+    const char* what[3] = {"an H2D copy", "a D2D copy", "a plain launch"};
+    for (int held = 0; held < 3; ++held) {
+      for (int busy : {1, 2, 3, 4, 8, 16}) {
+        m.h[64] = 0;
+        for (int i = 0; i < busy; ++i) {
+          spin<<<1, 32, 0, s[i]>>>(m.d + 64, m.d + 65 + i, 200000000ull, 0);
+          char* dst = device + (i + 1) * (1 << 20);
+          if (held == 0) CHECK(cudaMemcpyAsync(dst, pinned, 1 << 20, cudaMemcpyHostToDevice, s[i]));
+          if (held == 1)
+            CHECK(cudaMemcpyAsync(dst, device, 1 << 20, cudaMemcpyDeviceToDevice, s[i]));
+          if (held == 2) follower<<<1, 32, 0, s[i]>>>();
+        }
+        CHECK(cudaGetLastError());
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        CHECK(cudaMemcpyAsync(device + (32 << 20), pinned + (1 << 20), 1 << 20,
+                              cudaMemcpyHostToDevice, s[busy]));
+        bool done = false;
+        for (int i = 0; i < 2000 && !done; ++i) {
+          done = cudaStreamQuery(s[busy]) == cudaSuccess;
+          if (!done) std::this_thread::sleep_for(std::chrono::microseconds(1));
+        }
+        std::printf("5. %2d streams each with %s behind a spinner: an H2D copy on one more %s\n",
+                    busy, what[held], done ? "finished" : "waited");
+        m.h[64] = 1;
+        CHECK(cudaDeviceSynchronize());
+      }
+    }
+    return 0;
+  }
   const char* list_env = std::getenv("PROBE_BUSY_SHORT");
-  const std::vector<int> busy_counts = list_env != nullptr
-                                           ? std::vector<int>{3, 4, 5, 8}
-                                           : std::vector<int>{1, 2, 3, 4, 5, 8, 16, 24, 30, 31,
-                                                              32, 33, 38};
+  const std::vector<int> busy_counts =
+      list_env != nullptr ? std::vector<int>{3, 4, 5, 8}
+                          : std::vector<int>{1, 2, 3, 4, 5, 8, 16, 24, 30, 31, 32, 33, 38};
   for (int busy : busy_counts) {
     int* rel = m.d + 64;  // every spinner's release and started words: h[64], h[65 + i]
     m.h[64] = 0;
@@ -200,10 +237,11 @@ int main() {
   }
   if (a >= 0) {
     for (int rep = 0; rep < 3; ++rep) {
-      std::printf("3. streams %d and %d: small kernel runs beside the spinner: alone %d, then a"
-                  " PDL follower %d, then a plain follower %d\n",
-                  a, b, runs_beside(m, s[a], s[b]), runs_beside(m, s[a], s[b], After::kPdl),
-                  runs_beside(m, s[a], s[b], After::kPlain));
+      std::printf(
+          "3. streams %d and %d: small kernel runs beside the spinner: alone %d, then a"
+          " PDL follower %d, then a plain follower %d\n",
+          a, b, runs_beside(m, s[a], s[b]), runs_beside(m, s[a], s[b], After::kPdl),
+          runs_beside(m, s[a], s[b], After::kPlain));
     }
   }
   return 0;
