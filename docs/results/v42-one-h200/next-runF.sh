@@ -13,9 +13,11 @@
 # v42's done counts); the rows' stores, issued after the step today, overlap its ranks here (and
 # at W >= 2 its exchange). Predicted at world size 1: 0.3-1.0 us off each decode dispatch at 1 to
 # 128 tokens, 1-2 us at 256; the combine level.
-# Bench main / F alternating, 3 rounds, --decode-graph round; then F's decode GPU tests (W = 1
-# and the one-GPU world's W = 2/4/8, rejections on one rank, late rank, timeouts, nodes) within
-# the call's 600 s.
+# Bench main / F alternating, 3 rounds, --decode-graph round; then world_decode_time.py (this
+# folder) main / F alternating, 2 rounds, at W = 2 in the one-GPU world (the two ranks share the
+# GPU: only the difference between the trees means something; there the step's exchange is a
+# real wait, which F's rows overlap too); then F's decode GPU tests (W = 1 and the one-GPU
+# world's W = 2/4/8, rejections on one rank, late rank, timeouts, nodes) within the call's 600 s.
 #   bash docs/results/v42-one-h200/next-runF.sh      (logs to $OUT)
 set -u
 T0=$(date +%s)
@@ -27,9 +29,9 @@ TESTS="test_layout test_gpu_low_latency test_gpu_agreement test_gpu_low_latency_
 rm -rf tmp-gpu && mkdir -p tmp-gpu/F && tar -c $SRC | tar -x -C tmp-gpu/F
 (cd tmp-gpu/F && patch -p1 -s < ../../docs/results/v42-one-h200/next-ll-early-rows.patch &&
   cmake -S . -B build/gpu $CFG -DMOE_EP_BUILD_TESTS=ON > /dev/null 2>&1 &&
-  cmake --build build/gpu -j10 --target moe-ep $TESTS > $OUT/build-F.log 2>&1 || echo "build F failed") &
+  cmake --build build/gpu -j10 --target moe-ep moe_ep_python $TESTS > $OUT/build-F.log 2>&1 || echo "build F failed") &
 cmake -S . -B build/gpu $CFG -DMOE_EP_BUILD_TESTS=OFF > /dev/null 2>&1
-cmake --build build/gpu -j6 --target moe-ep > $OUT/build.log 2>&1 || { tail -40 $OUT/build.log; exit 1; }
+cmake --build build/gpu -j6 --target moe-ep moe_ep_python > $OUT/build.log 2>&1 || { tail -40 $OUT/build.log; exit 1; }
 wait
 cat $OUT/build-F.log >> $OUT/build.log; rm -f $OUT/build-F.log
 t built
@@ -39,6 +41,12 @@ for r in 1 2 3; do for v in . tmp-gpu/F; do
 done; done > $OUT/decode.log 2>&1
 grep -E "^==|^ +[0-9]+ +[a-z0-9]+ +[a-z0-9_]+ +[0-9]|wrong|rror" $OUT/decode.log | awk '/^ +[0-9]/{print $1, $2, $3, $4, $5, $NF; next} {print}'
 t bench
+for r in 1 2; do for v in . tmp-gpu/F; do
+  echo "== $v round $r"
+  PYTHONPATH=$v/build/gpu/python timeout 90 python3 docs/results/v42-one-h200/world_decode_time.py --ranks 2 --tokens 128
+done; done > $OUT/world.log 2>&1
+cat $OUT/world.log
+t world
 for b in $TESTS; do
   left=$(( 585 - $(date +%s) + T0 )); [ $left -lt 20 ] && { echo "$b: no time left"; continue; }
   BT=$(find tmp-gpu/F/build/gpu -name $b -type f | head -1)
