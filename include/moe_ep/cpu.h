@@ -1,5 +1,6 @@
-// The CPU backend (docs/design.md#backends-and-transports): W ranks as threads of one process exchanging through shared
-// memory. It is the readable reference of the semantics and the default without a GPU.
+// The CPU backend (docs/design.md#backends-and-transports): W ranks as threads of one process
+// exchanging through shared memory. It is the readable reference of the semantics and the default
+// without a GPU.
 #pragma once
 
 #include <memory>

@@ -1,7 +1,8 @@
-// Wire-format dtypes of the two legs (docs/design.md#wire-formats, #configuration): the typed enums, their string values, block
-// sizes and the per-row sizes of payload and scales. Parsing accepts the short names (bf16, fp8,
-// fp4, fp8_direct_cast, int8_e3m4) and the string values (bfloat16, float8_blockwise, ...); an
-// unknown name raises InvalidArgument listing the valid values.
+// Wire-format dtypes of the two legs (docs/design.md#wire-formats, #configuration): the typed
+// enums, their string values, block sizes and the per-row sizes of payload and scales. Parsing
+// accepts the short names (bf16, fp8, fp4, fp8_direct_cast, int8_e3m4) and the string values
+// (bfloat16, float8_blockwise, ...); an unknown name raises InvalidArgument listing the valid
+// values.
 #pragma once
 
 #include <cstdint>

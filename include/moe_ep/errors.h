@@ -1,6 +1,6 @@
-// The moe-ep error family (docs/design.md#errors). Every failure the library reports is an moe_ep::Error with
-// a code. InvalidArgument and InvalidUsage leave the op usable; the other codes poison it, and
-// later calls on that op raise InvalidUsage("op unusable after: <first error>").
+// The moe-ep error family (docs/design.md#errors). Every failure the library reports is an
+// moe_ep::Error with a code. InvalidArgument and InvalidUsage leave the op usable; the other codes
+// poison it, and later calls on that op raise InvalidUsage("op unusable after: <first error>").
 #pragma once
 
 #include <stdexcept>

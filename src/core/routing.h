@@ -53,10 +53,11 @@ void count_rows_per_local_expert(const RoutingShape& shape, const int32_t* local
 // rows are ordered by source rank, then by source token index.
 int64_t recv_offset(const std::vector<std::vector<int64_t>>& counts, int src, int dest);
 
-// Validation scans (docs/design.md#errors). Each returns an empty string when the data is fine, else a
-// message naming the argument, the (token, column) and the rule. find_bad_topk always checks the
-// range [-1, E); the duplicate check (an expert named twice in one token) is the validation-mode
-// part and can be turned off, since the range check alone is cheap enough to run on every call.
+// Validation scans (docs/design.md#errors). Each returns an empty string when the data is fine,
+// else a message naming the argument, the (token, column) and the rule. find_bad_topk always checks
+// the range [-1, E); the duplicate check (an expert named twice in one token) is the
+// validation-mode part and can be turned off, since the range check alone is cheap enough to run on
+// every call.
 std::string find_bad_topk(const RoutingShape& shape, const int32_t* topk_idx, int64_t num_tokens,
                           bool check_duplicates = true);
 std::string find_nonfinite_bf16(const char* name, const uint16_t* x, int64_t rows, int64_t cols);

@@ -62,10 +62,10 @@ struct Fp8BlockWire {
     float inv = 1.0f;     // encode multiplier, 448 / amax
   };
   MOE_EP_HD static Params block_params(float amax, bool) {
-    // amax comes from max_skip_nan, so it skips NaN (quiet or signalling) but keeps Inf.
-    // amax == Inf gives scale Inf and inv 0: finite values encode to 0 and decode to 0 * Inf = NaN, Inf/NaN encode to NaN, so
-    // the whole block decodes to NaN. When 448/amax overflows (amax < 448/FLT_MAX, ~1.3e-36)
-    // inv is clamped to FLT_MAX so that zeros stay zeros (docs/formats.md).
+    // amax comes from max_skip_nan, so it skips NaN (quiet or signalling) but keeps Inf. amax ==
+    // Inf gives scale Inf and inv 0: finite values encode to 0 and decode to 0 * Inf = NaN, Inf/NaN
+    // encode to NaN, so the whole block decodes to NaN. When 448/amax overflows (amax <
+    // 448/FLT_MAX, ~1.3e-36) inv is clamped to FLT_MAX so that zeros stay zeros (docs/formats.md).
     if (amax == 0.0f) return {1.0f, 1.0f};
     float inv = kE4m3Max / amax;
     if (!is_finite(inv)) inv = 3.40282347e38f;
@@ -177,7 +177,8 @@ struct Mxfp4Wire {
 // The block takes e3m4 when its code energy, the sum of the squares of its int8 codes, is below
 // kInt8E3m4EnergyLimit (2 * 127^2), int8 otherwise. Uniform int8 steps suit blocks of similar
 // magnitudes (high energy); e3m4's relative steps keep the small elements of a block whose
-// energy sits in one or two elements near its maximum (an outlier). Decode: code value * s, e3m4 where bit 15 of the word is set.
+// energy sits in one or two elements near its maximum (an outlier). Decode: code value * s, e3m4
+// where bit 15 of the word is set.
 struct Int8E3m4Wire {
   static constexpr int kBitsPerElem = 8;
   static constexpr int kBlock = kInt8E3m4BlockSize;

@@ -90,10 +90,10 @@ MOE_EP_HD float e4m3_to_float(uint8_t q) {
   return bits_float(sign | ((exp + 120u) << 23) | (man << 20));
 }
 
-// OCP e2m1, round to nearest even, saturating at +-6, by comparisons with the midpoints of the
-// e2m1 grid (ties go to the even code). sm_90 has no e2m1 conversion instruction, and the header's emulation is ~4x slower
-// than this in the dispatch kernel; tests/test_gpu_formats.cu checks on the GPU that the two
-// agree on all 2^32 float bit patterns.
+// OCP e2m1, round to nearest even, saturating at +-6, by comparisons with the midpoints of the e2m1
+// grid (ties go to the even code). sm_90 has no e2m1 conversion instruction, and the header's
+// emulation is ~4x slower than this in the dispatch kernel; tests/test_gpu_formats.cu checks on the
+// GPU that the two agree on all 2^32 float bit patterns.
 MOE_EP_HD uint8_t e2m1_rne_by_midpoints(float x) {
   const float a = abs_f(x);
   const uint32_t sign = (float_bits(x) >> 28) & 0x8u;

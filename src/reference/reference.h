@@ -1,13 +1,13 @@
 // The one plain-loop reference of dispatch -> identity expert -> combine, and of decode mode's
-// low_latency_dispatch and low_latency_combine, that the gtests and `moe-ep bench --check`
-// compare the library with, bit for bit. It shares only the wire codecs
-// (formats/codecs.h: encode_row, decode_elem and the facts of each format) with the library;
-// routing, the canonical row order, the identity expert and the combine sums are written out
-// here again in plain loops over ranks, tokens and slots (docs/design.md: Dispatch, Combine,
-// Several nodes, Decode mode, Determinism and bit-exactness), so a bug in src/core or a backend cannot hide by
-// being repeated in the expectation. Its functions take plain host arrays and structs. The header
-// also holds copy_outputs and copy_low_latency_outputs, which copy what an op's dispatch returned
-// into the same owned structs, so that both sides are compared field by field.
+// low_latency_dispatch and low_latency_combine, that the gtests and `moe-ep bench --check` compare
+// the library with, bit for bit. It shares only the wire codecs (formats/codecs.h: encode_row,
+// decode_elem and the facts of each format) with the library; routing, the canonical row order, the
+// identity expert and the combine sums are written out here again in plain loops over ranks, tokens
+// and slots (docs/design.md: Dispatch, Combine, Several nodes, Decode mode, Determinism and
+// bit-exactness), so a bug in src/core or a backend cannot hide by being repeated in the
+// expectation. Its functions take plain host arrays and structs. The header also holds copy_outputs
+// and copy_low_latency_outputs, which copy what an op's dispatch returned into the same owned
+// structs, so that both sides are compared field by field.
 #pragma once
 
 #include <cstddef>

@@ -149,9 +149,9 @@ void CpuOp::record_forward_routes(std::vector<std::vector<int32_t>>* tokens,
   }
 }
 
-// Forwarder role in combine (both modes): for each forwarded token t of source s, p = sum over the ranks j of
-// this node that took t, ascending, of decode(row(j, node(s), t)) in fp32 from 0.0f; bf16(p),
-// encoded in the combine wire format, goes to row (this rank, t) of s's combine buffer.
+// Forwarder role in combine (both modes): for each forwarded token t of source s, p = sum over the
+// ranks j of this node that took t, ascending, of decode(row(j, node(s), t)) in fp32 from 0.0f;
+// bf16(p), encoded in the combine wire format, goes to row (this rank, t) of s's combine buffer.
 void CpuOp::forward_combine_partials(const std::vector<std::vector<int32_t>>& tokens_of,
                                      const std::vector<std::vector<uint8_t>>& to) {
   const int64_t h = config_.hidden;

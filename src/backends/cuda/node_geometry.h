@@ -70,14 +70,15 @@ struct StageLayout {
 // rows whatever T is), so that a CUDA graph can hold the exchange. Every offset is a multiple of
 // 16 and so is the size.
 //
-// Dispatch, source s -> its rail peer f on node m: s's step word (a StepWire of `step_bytes`),
-// T_s (int32) and at `sent` the step whose rows the message holds (uint64, written after the
-// rows: a message whose `sent` is not the receiver's step holds no rows of this call), s's token counts of node m's experts ([L][E/W] int32, m's ranks in order, their
-// local experts in order: the counts rows f stores for s), then row t of s for t < Tmax:
-// payload and scales (only when token t names an expert of node m), then, for every t < T_s, the
-// token's K global expert ids (int32, -1 masked), K weights (fp32) and K slot ranks (int32, bit
-// 31: an earlier slot names the same expert), from which f derives each of its node's ranks'
-// flags and metadata exactly as the one-node send would have stored them.
+// Dispatch, source s -> its rail peer f on node m: s's step word (a StepWire of `step_bytes`), T_s
+// (int32) and at `sent` the step whose rows the message holds (uint64, written after the rows: a
+// message whose `sent` is not the receiver's step holds no rows of this call), s's token counts of
+// node m's experts ([L][E/W] int32, m's ranks in order, their local experts in order: the counts
+// rows f stores for s), then row t of s for t < Tmax: payload and scales (only when token t names
+// an expert of node m), then, for every t < T_s, the token's K global expert ids (int32, -1
+// masked), K weights (fp32) and K slot ranks (int32, bit 31: an earlier slot names the same
+// expert), from which f derives each of its node's ranks' flags and metadata exactly as the
+// one-node send would have stored them.
 //
 // Combine, forwarder f on node n -> source s (f's rail peer): f's step word, then row t of s for
 // t < Tmax: node n's partial of s's token t, encoded in the combine wire format (only for the
