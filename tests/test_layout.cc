@@ -51,7 +51,7 @@ std::vector<Span> spans_of(const BufferLayout& l, bool low_latency) {
     spans.push_back({"ll counts", l.ll_counts_offset(0, 0),
                      l.ll_counts_offset(w - 1, l.local_experts - 1) + 4});
     spans.push_back({"ll flags", l.ll_flag_offset(0, 0), l.ll_flag_offset(w, 0)});
-    spans.push_back({"ll stage", l.ll_stage_offset(0, 0), l.ll_stage_offset(w, 0)});
+    spans.push_back({"ll stage", l.ll_stage_offset(0, 0, 0), l.ll_stage_offset(1, w, 0)});
     spans.push_back({"ll meta", l.ll_meta_offset(0, 0), l.ll_meta_offset(w, 0)});
     spans.push_back({"ll ready", l.ll_ready_offset(0, 0, 0), l.ll_ready_offset(w, 0, 0)});
   }

@@ -29,7 +29,11 @@
 //                                                   that parity have landed (done_count_complete)
 //   ll counts  [W src][E/W] int32                   tokens of src naming local expert e
 //   ll flags   [W src][Tmax] uint64                 step << 1 | (token t of src comes here)
-//   ll stage   [W src][Tmax][payload + scale bytes] token t of src, once per destination rank
+//   ll stage   [2 parities][W src][Tmax][payload + scale bytes]
+//                                                   token t of src, once per destination rank;
+//                                                   one node: by the parity of the dispatch
+//                                                   call (its rows go out before the step's
+//                                                   verdict), several nodes: parity 0
 //   ll meta    [W src][Tmax] {K local ids, K weights, K ranks} of that token; the rank of
 //              slot k is the number of src's earlier tokens naming its expert (bit 31 set
 //              when an earlier slot of the token names the same expert)
@@ -108,30 +112,30 @@ struct BufferLayout {
     const int64_t ll = low_latency ? 1 : 0;
     const int64_t w = world_size;
     const int64_t rows = w * max_tokens;
-    const int64_t sizes[kNumRegions] = {16 * 2 * w,                     // steps
-                                        kStepReasonBytes * 2 * w,       // reasons
-                                        8 * 2 * w * w,                  // counts
-                                        8 * 2 * w * local_experts,      // experts
-                                        8 * w,                          // done
-                                        8 * 2 * w,                      // done counts
-                                        rows * dispatch_payload_bytes,  // payload
-                                        rows * dispatch_scale_bytes,    // scales
-                                        rows * topk * 4,                // topk_idx
-                                        rows * topk * 4,                // topk_weights
-                                        rows * 4,                       // src_rank
-                                        rows * 4,                       // src_token
-                                        rows * 4,                       // fwd_row
-                                        rows * l.combine_row_bytes,     // combine rows
-                                        8 * rows,                       // combine flags
-                                        ll * 16 * 2 * w,                // ll steps
-                                        ll * 8 * w,                     // ll done
-                                        ll * 8 * 2 * w,                 // ll done counts
-                                        ll * 4 * w * local_experts,     // ll counts
-                                        ll * 8 * rows,                  // ll flags
-                                        ll * rows * l.stage_row_bytes,  // ll stage
-                                        ll * rows * l.meta_bytes,       // ll meta
-                                        ll * 8 * rows * ll_slices,      // ll ready
-                                        0};                             // end
+    const int64_t sizes[kNumRegions] = {16 * 2 * w,                         // steps
+                                        kStepReasonBytes * 2 * w,           // reasons
+                                        8 * 2 * w * w,                      // counts
+                                        8 * 2 * w * local_experts,          // experts
+                                        8 * w,                              // done
+                                        8 * 2 * w,                          // done counts
+                                        rows * dispatch_payload_bytes,      // payload
+                                        rows * dispatch_scale_bytes,        // scales
+                                        rows * topk * 4,                    // topk_idx
+                                        rows * topk * 4,                    // topk_weights
+                                        rows * 4,                           // src_rank
+                                        rows * 4,                           // src_token
+                                        rows * 4,                           // fwd_row
+                                        rows * l.combine_row_bytes,         // combine rows
+                                        8 * rows,                           // combine flags
+                                        ll * 16 * 2 * w,                    // ll steps
+                                        ll * 8 * w,                         // ll done
+                                        ll * 8 * 2 * w,                     // ll done counts
+                                        ll * 4 * w * local_experts,         // ll counts
+                                        ll * 8 * rows,                      // ll flags
+                                        ll * 2 * rows * l.stage_row_bytes,  // ll stage
+                                        ll * rows * l.meta_bytes,           // ll meta
+                                        ll * 8 * rows * ll_slices,          // ll ready
+                                        0};                                 // end
     int64_t at = 0;
     for (int r = 0; r < kNumRegions; ++r) {
       l.offset[r] = at;
@@ -219,8 +223,10 @@ struct BufferLayout {
   MOE_EP_HD int64_t ll_flag_offset(int src, int64_t token) const {
     return offset[kLlFlags] + 8 * (static_cast<int64_t>(src) * max_tokens + token);
   }
-  MOE_EP_HD int64_t ll_stage_offset(int src, int64_t token) const {
-    return offset[kLlStage] + (static_cast<int64_t>(src) * max_tokens + token) * stage_row_bytes;
+  MOE_EP_HD int64_t ll_stage_offset(int parity, int src, int64_t token) const {
+    return offset[kLlStage] +
+           ((static_cast<int64_t>(parity) * world_size + src) * max_tokens + token) *
+               stage_row_bytes;
   }
   MOE_EP_HD int64_t ll_meta_offset(int src, int64_t token) const {
     return offset[kLlMeta] + (static_cast<int64_t>(src) * max_tokens + token) * meta_bytes;

@@ -24,7 +24,7 @@ T0=$(date +%s)
 t() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
 export NCCL_NVLS_ENABLE=0 CUDA_MODULE_LOADING=EAGER
 CFG="-G Ninja -DCMAKE_BUILD_TYPE=Release -DMOE_EP_ENABLE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DPython3_EXECUTABLE=$(command -v python3)"
-SRC="CMakeLists.txt CMakePresets.json cmake include src tools python pyproject.toml tests examples"
+SRC="CMakeLists.txt CMakePresets.json cmake include src tools python pyproject.toml tests examples docs"
 TESTS="test_layout test_gpu_low_latency test_gpu_agreement test_gpu_low_latency_shapes test_gpu_late_rank test_gpu_timeouts test_gpu_low_latency_nodes"
 rm -rf tmp-gpu && mkdir -p tmp-gpu/F && tar -c $SRC | tar -x -C tmp-gpu/F
 (cd tmp-gpu/F && patch -p1 -s < ../../docs/results/v42-one-h200/next-ll-early-rows.patch &&

@@ -70,6 +70,8 @@ CudaOp::CudaOp(std::shared_ptr<CudaComm> comm, const OpConfig& config, int num_s
     ll_state_.zero(comm_->internal_stream());
     ll_tickets_ = DeviceArray<unsigned int>(device_, 3);
     ll_tickets_.zero(comm_->internal_stream());
+    ll_sent_calls_ = DeviceArray<uint64_t>(device_, static_cast<size_t>(data_blocks_));
+    ll_sent_calls_.zero(comm_->internal_stream());
     ll_send_counts_ = DeviceArray<int32_t>(device_, config.num_experts);
     ll_send_counts_.zero(comm_->internal_stream());
     ll_slot_ranks_ = DeviceArray<int32_t>(

@@ -242,6 +242,7 @@ class CudaOp final : public OpBase {
   // Decode mode, allocated only with OpConfig::low_latency.
   DeviceArray<LowLatencyState> ll_state_;  // [1]
   DeviceArray<unsigned int> ll_tickets_;   // [3]
+  DeviceArray<uint64_t> ll_sent_calls_;    // [data blocks] (LowLatencyParams::sent_calls)
   DeviceArray<int32_t> ll_send_counts_;    // [E] (LowLatencyParams::send_counts)
   DeviceArray<int32_t> ll_slot_ranks_;     // [Tmax, K] (LowLatencyParams::slot_ranks)
   DeviceArray<uint64_t> ll_token_mask_;    // [Tmax]

@@ -28,6 +28,11 @@ enum DeviceErrorCode : int32_t {
   // the forwarder did not forward this call: its node's agreement failed there, or an error
   // stopped it). Nothing older is summed.
   kDevPartialMissing = 8,
+  // Decode dispatch on one node: the send stored its rows for call number `expected` (one more
+  // than what the previous send stored in LowLatencyParams::sent_calls), but the step kernel
+  // recorded `seen` as the call that ran. An internal fault: the rows are not expanded, the op
+  // is poisoned.
+  kDevSendCall = 9,
 };
 
 enum DevicePhase : int32_t {

@@ -72,6 +72,12 @@ void CudaOp::raise_device_error(const char* call, const StepVerdict* mine, bool 
         e.rank, " waited for rank ", e.peer, " (expected ", e.expected, ", saw ", e.seen,
         "); the peer is dead or not calling the same op (MOE_EP_TIMEOUT_S)")));
   }
+  if (e.code == kDevSendCall) {
+    poison_and_throw(
+        Internal(detail::concat("rank ", e.rank, "'s decode send stored its rows for call ",
+                                e.expected, " but its step kernel recorded call ", e.seen,
+                                " as the one that ran; nothing was expanded", where)));
+  }
   if (e.code == kDevPartialMissing) {
     poison_and_throw(RemoteError(detail::concat(
         "node ", e.value, "'s partials of this call did not reach rank ", e.rank,

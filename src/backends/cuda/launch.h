@@ -343,6 +343,12 @@ struct LowLatencyParams {
   // validate_kernel did not run) and notes when that began in scan_started_ns.
   bool step_ranks;
   bool step_scans;
+  // One node's send: [send_blocks] (the op's data blocks, the largest grid a send takes),
+  // dispatch_calls as send block b saw it once its step kernel had ended. Block b of the next
+  // send stores its rows into the stage of that number + 1's parity before its step's verdict
+  // (ll_send_kernel), and checks once the step kernel has ended that the call ran under it.
+  uint64_t* sent_calls;
+  int send_blocks;
   uint64_t* scan_started_ns;
   // dispatch
   const void* x;              // [T, H] bf16, or pre-quantized payload [T, payload bytes]

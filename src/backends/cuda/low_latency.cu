@@ -57,8 +57,10 @@ cudaError_t launch_ll_send(DispatchDtype dtype, bool prequantized, const LowLate
                                               Policy::kDispatchSliceElems;
     const int64_t items = static_cast<int64_t>(p.num_tokens) * (1 + slices);
     const int blocks = blocks_for_warp_items(items, num_blocks);
-    // One node counts the send's blocks in a done count (BufferLayout::done_count_complete).
-    if (!p.nodes.several() && blocks > BufferLayout::kMaxDoneCountBlocks) {
+    // One node counts the send's blocks in a done count (BufferLayout::done_count_complete)
+    // and keeps one slot of sent_calls a block.
+    if (!p.nodes.several() &&
+        (blocks > BufferLayout::kMaxDoneCountBlocks || blocks > p.send_blocks)) {
       return cudaErrorInvalidConfiguration;
     }
     return launch_following(kernel, blocks, Policy::kDataThreads, stream, p);

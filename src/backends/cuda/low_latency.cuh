@@ -9,11 +9,13 @@
 //               stage row [this rank][token], with the token's local expert ids, weights and
 //               slot ranks (how many earlier tokens of this rank name the slot's expert) for
 //               that destination; every destination also gets the token's flag word (step,
-//               comes here or not). One node: block 0 stores this rank's per-expert token
+//               comes here or not). One node: the rows go out beside the step kernel, into
+//               the stage of the parity of the number the call takes if it runs (sent_calls),
+//               everything else after its verdict; block 0 stores this rank's per-expert token
 //               counts into every destination's counts row, and every block ends by storing
 //               {step, T} in its done word and adding itself to this rank's done count there
-//               (ll_add_block_done). Several nodes: the last block stores the counts, then
-//               releases the done word.
+//               (ll_add_block_done). Several nodes: after the verdict, stage parity 0; the last
+//               block stores the counts, then releases the done word.
 //   ll_expand:  (low_latency_expand.cuh) once every source's done count (one node) and done
 //               word are in, every warp of the grid takes work items, none waiting for
 //               another: (token of a source, part of its row) copies the part from the stage
@@ -190,14 +192,14 @@ __device__ __forceinline__ bool ll_by_store(const LowLatencyParams& p, int d) {
 }
 
 // Where token t's encoded row goes for destination d of `mask` (its destinations): d's stage
-// row when d is reached by stores; else, for the lowest destination of d's node only, row t of
-// this rank's message for that node (nullptr for the node's other destinations: one row per
-// node crosses the network).
+// row of `parity` (ll_send_kernel) when d is reached by stores; else, for the lowest destination
+// of d's node only, row t of this rank's message for that node (nullptr for the node's other
+// destinations: one row per node crosses the network).
 template <bool kNodes>
-__device__ __forceinline__ char* ll_send_row(const LowLatencyParams& p, int d, int64_t t,
-                                             uint64_t mask) {
+__device__ __forceinline__ char* ll_send_row(const LowLatencyParams& p, int parity, int d,
+                                             int64_t t, uint64_t mask) {
   if (ll_by_store<kNodes>(p, d)) {
-    return p.peers.base[d] + p.layout.ll_stage_offset(p.info.rank, t);
+    return p.peers.base[d] + p.layout.ll_stage_offset(parity, p.info.rank, t);
   }
   const int n = d / p.nodes.node_size;
   const uint64_t below = mask & ((1ull << d) - 1);
@@ -349,12 +351,13 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
       kPrequantized ? 1
                     : (info.hidden + Policy::kDispatchSliceElems - 1) / Policy::kDispatchSliceElems;
   const int64_t tokens = p.num_tokens;
-  // A warp's first row slice is loaded and encoded, and its token's destinations found, before
-  // the wait for the step kernel (this kernel starts early, beside it): x and topk_idx are the
-  // caller's, complete before the step kernel began (which waited for the kernels before it),
-  // and nothing is stored before the wait. The step kernel's own writes (the step, the slot
-  // ranks, the error flag) are read only after it. The item is stored before the loop below,
-  // which starts at the warp's second item, so its registers are free again there.
+  // A warp's first row slice is loaded and encoded, and its token's destinations found, as soon
+  // as the kernel starts (beside the step kernel, which lets it launch once it has waited for
+  // the kernels before it): x and topk_idx are the caller's, complete by then. One node stores
+  // every row before its wait for the step kernel, into the stage of the call's parity (below);
+  // the step kernel's own writes (the step, the slot ranks, the counts, the error flag) are read
+  // only after that wait. The first item is stored before the loops below, which start at the
+  // warp's second item, so its registers are free again there.
   LaneWord<F> first_word[Policy::kUnroll];
   typename F::Params first_params[Policy::kUnroll];
   uint64_t first_mask = 0;
@@ -385,29 +388,20 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
       have_first = true;
     }
   }
-  ll_follow_previous_kernel();
-  if (block_sees_error(p.err)) return;
-  // This dispatch's step: the step kernel just before set it (the call ran, or the error flag
-  // stopped this kernel above). Several nodes: the step in flight, whose verdict the settle
-  // gives only after the exchange; the node agreed first (ll_node_step_kernel), and when it did
-  // not, nothing is sent (the message's `sent` step stays old, so its rows are not forwarded).
-  constexpr bool nodes = kNodes;  // p.nodes.several(): the launcher picks the instantiation
-  const uint64_t step = nodes ? p.state->step : p.state->dispatch_step;
-  if (nodes && p.state->send_step != step) return;  // every block alike
   const int64_t payload_bytes = p.layout.dispatch_payload_bytes;
-  if (!kNodes && blockIdx.x == 0) {
-    // One node: this call's per-expert token counts (ll_rank_slots) into every destination's
-    // counts row, before the grid's end releases the done words.
-    for (int e = threadIdx.x; e < info.num_experts; e += blockDim.x) {
-      const int d = e / info.experts_per_rank;
-      *reinterpret_cast<int32_t*>(
-          p.peers.base[d] + p.layout.ll_counts_offset(info.rank, e - d * info.experts_per_rank)) =
-          p.send_counts[e];
-    }
-  }
-  // Items [0, T): a token's flags and metadata (ids, weights, slot ranks) for its destinations;
-  // then [T, T + T * slices): (token, slice) rows. The metadata items come first, so their
-  // longer work (across nodes, the slot ranks) starts with the first warps.
+  // One node: the rows go into the stage of the parity of this call's number, before the step's
+  // verdict. The number is the one the call takes if it runs: one more than dispatch_calls as
+  // this block of the previous send saw it after its step kernel (p.sent_calls, stored below;
+  // no dispatch ran since, since each that runs has a send, and a call that did not run left
+  // dispatch_calls as it was).
+  // A peer reads that parity only in its expand of this call or of the call after next; it has
+  // ended the expand two calls back before this rank's step kernel could begin (this rank's
+  // expand of the previous call waited for the peer's done count, which the peer adds only after
+  // its own step kernel, which began after its expand before). Several nodes: parity 0, and the
+  // rows wait for the agreement as the rest does.
+  uint64_t call = 0;
+  if constexpr (!kNodes) call = ld_relaxed_sys(&p.sent_calls[blockIdx.x]) + 1;
+  const int parity = static_cast<int>(call & 1);
   // Warp step u (an encoded lane) of token t's row slice from element `begin` into every
   // destination's stage row (mask: the token's destinations).
   const auto store_step = [&](int64_t t, uint64_t mask, int64_t begin, int u,
@@ -415,68 +409,16 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
     const int64_t elem = begin + u * kElemsPerWarpStep + c.lane * kElemsPerLane;
     for (uint64_t m = mask; m != 0;) {
       const int d = next_dest(m);
-      char* row = ll_send_row<kNodes>(p, d, t, mask);
+      char* row = ll_send_row<kNodes>(p, parity, d, t, mask);
       if (row != nullptr && elem < info.hidden) {
         store_lane<F>(row, row + payload_bytes, elem, word, params);
       }
     }
   };
-  int64_t first_item = c.warp;
-  if (have_first) {
-#pragma unroll
-    for (int u = 0; u < Policy::kUnroll; ++u) {
-      if (first_begin + u * kElemsPerWarpStep >= info.hidden) break;  // warp-uniform
-      store_step(first_t, first_mask, first_begin, u, first_word[u], first_params[u]);
-    }
-    first_item += c.num_warps;
-  }
-  for (int64_t item = first_item; item < tokens + tokens * slices; item += c.num_warps) {
-    if (item < tokens) {
-      const int64_t t = item;
-      if constexpr (!kNodes) {
-        ll_send_meta_one_node(p, t, item == c.warp ? first_meta : ll_load_meta_lanes(p, t, c.lane),
-                              step, c.lane);
-        continue;
-      }
-      const int32_t* slots = p.topk_idx + t * info.topk;
-      const uint64_t mask = token_destinations(slots, info, c.lane);
-      if (c.lane == 0) p.token_mask[t] = mask;
-      for (int d = c.lane; d < info.world_size; d += 32) {
-        if (!ll_by_store<kNodes>(p, d)) continue;  // another node's forwarder stores its flags
-        const bool here = (mask >> d) & 1;
-        // Plain stores: the done word released after them orders them.
-        *reinterpret_cast<uint64_t*>(p.peers.base[d] + p.layout.ll_flag_offset(info.rank, t)) =
-            step << 1 | (here ? 1 : 0);
-      }
-      if (nodes) {
-        // Every other node's message carries the token's global ids and weights (whether or not
-        // it goes there): its forwarder derives each of its ranks' flags and metadata from them.
-        for (int n = 0; n < p.nodes.num_nodes; ++n) {
-          if (n == p.nodes.node) continue;
-          char* row = ll_message_out(p, n) + p.msg.row(t);
-          for (int k = c.lane; k < info.topk; k += 32) {
-            const int32_t e = slots[k];
-            reinterpret_cast<int32_t*>(row + p.msg.row_ids)[k] =
-                e >= 0 && e < info.num_experts ? e : -1;
-            reinterpret_cast<float*>(row + p.msg.row_weights)[k] =
-                p.topk_weights[t * info.topk + k];
-          }
-        }
-      }
-      for (uint64_t m = mask; m != 0;) {
-        const int d = next_dest(m);
-        if (!ll_by_store<kNodes>(p, d)) continue;
-        char* meta = p.peers.base[d] + p.layout.ll_meta_offset(info.rank, t);
-        for (int k = c.lane; k < info.topk; k += 32) {
-          const int32_t e = slots[k];
-          const bool mine = e >= 0 && e < info.num_experts && e / info.experts_per_rank == d;
-          reinterpret_cast<int32_t*>(meta)[k] = mine ? e - d * info.experts_per_rank : -1;
-          reinterpret_cast<float*>(meta)[info.topk + k] = p.topk_weights[t * info.topk + k];
-        }
-      }
-      ll_send_slot_ranks<kNodes>(p, t, slots, c.lane);
-      continue;
-    }
+  // Items [0, T): a token's flags and metadata (ids, weights, slot ranks) for its destinations;
+  // then [T, T + T * slices): (token, slice) rows. A row item reads only the caller's x and ids.
+  const int64_t items = tokens + tokens * slices;
+  const auto send_row = [&](int64_t item) {
     const int64_t t = (item - tokens) / slices;
     const int64_t slice = (item - tokens) - t * slices;
     const int32_t* slots = p.topk_idx + t * info.topk;
@@ -489,7 +431,7 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
       const auto* src_scales = static_cast<const uint8_t*>(p.x_scales) + t * scale_bytes;
       for (uint64_t m = mask; m != 0;) {
         const int d = next_dest(m);
-        char* row = ll_send_row<kNodes>(p, d, t, mask);
+        char* row = ll_send_row<kNodes>(p, parity, d, t, mask);
         if (row == nullptr) continue;
         for (int64_t i = c.lane; i < vectors; i += 32) {
           reinterpret_cast<uint4*>(row)[i] = load_stream(src + i);
@@ -514,20 +456,118 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
         store_step(t, mask, begin, u, word, params);
       }
     }
-  }
-  // One node: each block's done word and its add to the done counts (the counts went out first,
-  // above). Several nodes: the last block stores this rank's per-expert token counts (the slots'
-  // atomics, resetting them for the next call): those of this node's experts into every
-  // destination's counts row, those of another node's experts into the message for it, then its
-  // header's T and `sent` step; the done words go to this node's ranks only. A destination that
-  // sees its done word sees the counts and the rows.
+  };
   if constexpr (!kNodes) {
+    // The rows first, while the step kernel ranks the slots and agrees with the peers: the
+    // warp's first item if it is a row (loaded and encoded above), then its other row items.
+    int64_t first_row_item = c.warp;
+    if (have_first) {
+#pragma unroll
+      for (int u = 0; u < Policy::kUnroll; ++u) {
+        if (first_begin + u * kElemsPerWarpStep >= info.hidden) break;  // warp-uniform
+        store_step(first_t, first_mask, first_begin, u, first_word[u], first_params[u]);
+      }
+      first_row_item += c.num_warps;
+    }
+    for (int64_t item = first_row_item; item < items; item += c.num_warps) {
+      if (item >= tokens) send_row(item);
+    }
+    // Then the step kernel's verdict, its slot ranks and counts. A call that did not run (the
+    // error flag) adds nothing to the done counts: its rows stay in a stage no expand reads.
+    wait_previous_kernel();
+    let_next_kernel_launch();
+    // For the next send: this block's slot and those of the blocks a larger grid has beyond this
+    // one (the grid follows T), stored whether or not the call ran. Only this block reads its
+    // slot, every thread before its wait above; block_sees_error's barrier keeps the store after
+    // all of those reads (a warp that read the new value would store into the other parity).
+    const uint64_t ran = p.state->dispatch_calls;
+    const bool stopped = block_sees_error(p.err);
+    if (threadIdx.x == 0) {
+      for (int b = blockIdx.x; b < p.send_blocks; b += gridDim.x) p.sent_calls[b] = ran;
+    }
+    if (stopped) return;
+    if (ran != call) {
+      // The rows went to a parity other than the call's: never expanded, reported instead.
+      if (threadIdx.x == 0) {
+        report_error(p.err, kDevSendCall, kPhaseStep, info.rank, -1, static_cast<int64_t>(call),
+                     static_cast<int64_t>(ran), -1, -1, 0);
+      }
+      return;
+    }
+    const uint64_t step = p.state->dispatch_step;
+    if (blockIdx.x == 0) {
+      // This call's per-expert token counts (ll_rank_slots) into every destination's counts
+      // row, before the blocks' ends release the done counts.
+      for (int e = threadIdx.x; e < info.num_experts; e += blockDim.x) {
+        const int d = e / info.experts_per_rank;
+        *reinterpret_cast<int32_t*>(
+            p.peers.base[d] + p.layout.ll_counts_offset(info.rank, e - d * info.experts_per_rank)) =
+            p.send_counts[e];
+      }
+    }
+    for (int64_t t = c.warp; t < tokens; t += c.num_warps) {
+      ll_send_meta_one_node(p, t, t == c.warp ? first_meta : ll_load_meta_lanes(p, t, c.lane), step,
+                            c.lane);
+    }
+    // Each block's done word and its add to the done counts (the counts went out first, above).
     ll_add_block_done(p, step);
     return;
   }
-  const int first = nodes ? p.nodes.first_rank() : 0;
+  ll_follow_previous_kernel();
+  if (block_sees_error(p.err)) return;
+  // Several nodes: the step in flight, whose verdict the settle gives only after the exchange;
+  // the node agreed first (ll_node_step_kernel), and when it did not, nothing is sent (the
+  // message's `sent` step stays old, so its rows are not forwarded).
+  const uint64_t step = p.state->step;
+  if (p.state->send_step != step) return;  // every block alike
+  for (int64_t item = c.warp; item < items; item += c.num_warps) {
+    if (item >= tokens) {
+      send_row(item);
+      continue;
+    }
+    const int64_t t = item;
+    const int32_t* slots = p.topk_idx + t * info.topk;
+    const uint64_t mask = token_destinations(slots, info, c.lane);
+    if (c.lane == 0) p.token_mask[t] = mask;
+    for (int d = c.lane; d < info.world_size; d += 32) {
+      if (!ll_by_store<kNodes>(p, d)) continue;  // another node's forwarder stores its flags
+      const bool here = (mask >> d) & 1;
+      // Plain stores: the done word released after them orders them.
+      *reinterpret_cast<uint64_t*>(p.peers.base[d] + p.layout.ll_flag_offset(info.rank, t)) =
+          step << 1 | (here ? 1 : 0);
+    }
+    // Every other node's message carries the token's global ids and weights (whether or not it
+    // goes there): its forwarder derives each of its ranks' flags and metadata from them.
+    for (int n = 0; n < p.nodes.num_nodes; ++n) {
+      if (n == p.nodes.node) continue;
+      char* row = ll_message_out(p, n) + p.msg.row(t);
+      for (int k = c.lane; k < info.topk; k += 32) {
+        const int32_t e = slots[k];
+        reinterpret_cast<int32_t*>(row + p.msg.row_ids)[k] =
+            e >= 0 && e < info.num_experts ? e : -1;
+        reinterpret_cast<float*>(row + p.msg.row_weights)[k] = p.topk_weights[t * info.topk + k];
+      }
+    }
+    for (uint64_t m = mask; m != 0;) {
+      const int d = next_dest(m);
+      if (!ll_by_store<kNodes>(p, d)) continue;
+      char* meta = p.peers.base[d] + p.layout.ll_meta_offset(info.rank, t);
+      for (int k = c.lane; k < info.topk; k += 32) {
+        const int32_t e = slots[k];
+        const bool mine = e >= 0 && e < info.num_experts && e / info.experts_per_rank == d;
+        reinterpret_cast<int32_t*>(meta)[k] = mine ? e - d * info.experts_per_rank : -1;
+        reinterpret_cast<float*>(meta)[info.topk + k] = p.topk_weights[t * info.topk + k];
+      }
+    }
+    ll_send_slot_ranks<kNodes>(p, t, slots, c.lane);
+  }
+  // The last block stores this rank's per-expert token counts (the slots' atomics, resetting
+  // them for the next call): those of this node's experts into every destination's counts row,
+  // those of another node's experts into the message for it, then its header's T and `sent`
+  // step; the done words go to this node's ranks only. A destination that sees its done word
+  // sees the counts and the rows.
   signal_when_grid_done(
-      p.tickets + 2, p.peers.base + first, nodes ? p.nodes.node_size : info.world_size,
+      p.tickets + 2, p.peers.base + p.nodes.first_rank(), p.nodes.node_size,
       p.layout.ll_done_offset(info.rank), step << 32 | p.num_tokens, [&] {
         for (int e = threadIdx.x; e < info.num_experts; e += blockDim.x) {
           const int d = e / info.experts_per_rank;
@@ -544,13 +584,11 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
                                        p.msg.counts)[e - node_first_expert] = n;
           }
         }
-        if (nodes) {
-          for (int n = threadIdx.x; n < p.nodes.num_nodes; n += blockDim.x) {
-            if (n == p.nodes.node) continue;
-            char* msg = ll_message_out(p, n);
-            *reinterpret_cast<int32_t*>(msg + p.msg.num_tokens) = p.num_tokens;
-            *reinterpret_cast<uint64_t*>(msg + p.msg.sent) = step;
-          }
+        for (int n = threadIdx.x; n < p.nodes.num_nodes; n += blockDim.x) {
+          if (n == p.nodes.node) continue;
+          char* msg = ll_message_out(p, n);
+          *reinterpret_cast<int32_t*>(msg + p.msg.num_tokens) = p.num_tokens;
+          *reinterpret_cast<uint64_t*>(msg + p.msg.sent) = step;
         }
       });
 }

@@ -173,10 +173,11 @@ template <typename F>
 __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm)
     ll_expand_kernel(LowLatencyParams p) {
   // One node, right after this call's ll_send: no wait for ll_send's grid. Every row, flag, count
-  // and metadata word it stores here is ordered by its done word, which ll_wait_sources acquires
-  // as a peer's; what the step kernel wrote was visible before ll_send began, so before this
-  // kernel was launched. A deferred receive (the hooks) waits: the kernel before it may still
-  // read the slabs. Across nodes the kernel before it (the settle) sets the verdict.
+  // and metadata word it stores here is ordered by its done count, which ll_wait_sources acquires
+  // as a peer's; what the step kernel wrote was visible to ll_send once its wait for the step
+  // kernel returned, and ll_send lets this kernel launch only after that wait. A deferred
+  // receive (the hooks) waits: the kernel before it may still read the slabs. Across nodes the
+  // kernel before it (the settle) sets the verdict.
   if (p.deferred_receive || p.nodes.several()) wait_previous_kernel();
   let_next_kernel_launch();
   __shared__ int tokens[Policy::kMaxPeers];
@@ -201,6 +202,9 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
   const char* self = p.peers.base[info.rank];
   const int64_t slab_rows = static_cast<int64_t>(info.world_size) * info.max_tokens;
   const int64_t payload_bytes = p.layout.dispatch_payload_bytes;
+  // The stage of this call: one node's sends store into the parity of the dispatch call's
+  // number (ll_send_kernel), several nodes' forwarders into parity 0.
+  const int stage_parity = p.nodes.several() ? 0 : static_cast<int>(p.state->dispatch_calls & 1);
   // Work items (LlExpandItems), spread over every warp of the grid, none waiting for another:
   // fills write an expert's count (the sum of the sources' counts) and -1 sources past it;
   // copies are (token of any source, part), the tokens of all sources one after another.
@@ -235,7 +239,7 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
     int s = 0;
     while (token >= first_token[s + 1]) ++s;
     const int64_t t = token - first_token[s];
-    const char* stage = self + p.layout.ll_stage_offset(s, t);
+    const char* stage = self + p.layout.ll_stage_offset(stage_parity, s, t);
     if (part < parts) {
       ll_expand_item(p, step, s, t, reinterpret_cast<const uint4*>(stage),
                      reinterpret_cast<uint4*>(p.slab_payload), shape.vectors, part, part == 0,

@@ -182,14 +182,14 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
       const uint4 v = __ldcg(reinterpret_cast<const uint4*>(row) + i);
       for (uint64_t mask = here; mask != 0;) {
         const int d = first + next_dest(mask);
-        reinterpret_cast<uint4*>(p.peers.base[d] + p.layout.ll_stage_offset(s, t))[i] = v;
+        reinterpret_cast<uint4*>(p.peers.base[d] + p.layout.ll_stage_offset(0, s, t))[i] = v;
       }
     }
     for (int64_t i = c.lane; i < scale_bytes; i += 32) {
       const char v = row[payload_bytes + i];
       for (uint64_t mask = here; mask != 0;) {
         const int d = first + next_dest(mask);
-        (p.peers.base[d] + p.layout.ll_stage_offset(s, t))[payload_bytes + i] = v;
+        (p.peers.base[d] + p.layout.ll_stage_offset(0, s, t))[payload_bytes + i] = v;
       }
     }
   }

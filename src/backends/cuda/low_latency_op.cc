@@ -37,6 +37,8 @@ LowLatencyParams CudaOp::ll_params(CallKind kind, bool host_rejected) const {
   p.outcome = &host_.device()->step;
   p.num_tokens = static_cast<int32_t>(latest_low_latency_.num_tokens);
   p.token_mask = ll_token_mask_.get();
+  p.sent_calls = ll_sent_calls_.get();
+  p.send_blocks = data_blocks_;
   p.slot_rows = ll_slot_rows_.get();
   p.slab_payload = ll_slab_payload_.get();
   p.slab_scales = ll_slab_scales_.get();
