@@ -321,3 +321,10 @@ add_test(NAME scripts_multi_gpu_bench_dry_run
          COMMAND bash ${PROJECT_SOURCE_DIR}/scripts/multi-gpu-bench --dry-run)
 set_tests_properties(scripts_multi_gpu_bench_dry_run PROPERTIES LABELS cpu
                      PASS_REGULAR_EXPRESSION "ctest-multi: ctest --test-dir [^ ]+ --output-on-failure")
+# --steps runs only the named steps (here: only decode is listed), and names an unknown one.
+add_test(NAME scripts_multi_gpu_bench_steps
+         COMMAND bash ${PROJECT_SOURCE_DIR}/scripts/multi-gpu-bench --dry-run --steps decode)
+set_tests_properties(scripts_multi_gpu_bench_steps PROPERTIES LABELS cpu
+                     PASS_REGULAR_EXPRESSION "^decode: [^\n]*--mode decode[^\n]*\n$")
+moe_ep_cli_error(multi_gpu_bench_unknown_step 1 "--steps: unknown step 'bogus'" "ctest-multi" --
+                 bash ${PROJECT_SOURCE_DIR}/scripts/multi-gpu-bench --dry-run --steps decode,bogus)
