@@ -170,16 +170,15 @@ __device__ __forceinline__ char* ll_message_out(const LowLatencyParams& p, int n
 }
 // One node's send, a block's end: this rank's done word {step, T} into every destination (the
 // same value from every block, stored before the block's fence), then the block's add to this
-// rank's done count of the dispatch call's parity in every destination (count_block_done).
-// ll_wait_sources takes the rows once the count is complete.
-__device__ inline void ll_add_block_done(const LowLatencyParams& p, uint64_t step) {
+// rank's done count of the dispatch call's parity (`parity`, the send's) in every destination
+// (count_block_done). ll_wait_sources takes the rows once the count is complete.
+__device__ inline void ll_add_block_done(const LowLatencyParams& p, uint64_t step, int parity) {
   const RankInfo& info = p.info;
   for (int q = threadIdx.x; q < info.world_size; q += blockDim.x) {
     st_relaxed_sys(
         reinterpret_cast<uint64_t*>(p.peers.base[q] + p.layout.ll_done_offset(info.rank)),
         step << 32 | static_cast<uint64_t>(p.num_tokens));
   }
-  const int parity = static_cast<int>(p.state->dispatch_calls & 1);
   count_block_done(p.peers.base, info.world_size, p.layout.ll_done_count_offset(parity, info.rank));
 }
 
@@ -510,7 +509,7 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
                             c.lane);
     }
     // Each block's done word and its add to the done counts (the counts went out first, above).
-    ll_add_block_done(p, step);
+    ll_add_block_done(p, step, static_cast<int>(ran & 1));  // ran == call
     return;
   }
   ll_follow_previous_kernel();

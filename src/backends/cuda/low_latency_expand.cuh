@@ -11,9 +11,9 @@ namespace moe_ep::cuda_backend {
 // count of the dispatch call (every block of its send added itself, ll_add_block_done; every block
 // of this kernel reads it, the next dispatch's step kernel clears it); its done word, stored by
 // each block before its fence, is then in place. Several nodes: the done word alone, which the
-// forwarder releases.
+// forwarder releases. `parity`: the dispatch call's (one node).
 __device__ __forceinline__ bool ll_wait_sources(const LowLatencyParams& p, uint64_t step,
-                                                int* tokens) {
+                                                int parity, int* tokens) {
   __shared__ int gave_up;
   if (threadIdx.x == 0) gave_up = 0;
   __syncthreads();
@@ -24,7 +24,6 @@ __device__ __forceinline__ bool ll_wait_sources(const LowLatencyParams& p, uint6
     const auto* done = reinterpret_cast<const uint64_t*>(self + p.layout.ll_done_offset(s));
     bool counted = true;
     if (!p.nodes.several()) {
-      const int parity = static_cast<int>(p.state->dispatch_calls & 1);
       const auto* count =
           reinterpret_cast<const uint64_t*>(self + p.layout.ll_done_count_offset(parity, s));
       counted = wait_done_count(count, p.timeout_ns, p.err, kPhaseDispatchWait, p.info.rank, s);
@@ -188,7 +187,10 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
   // part have taken later steps.
   const uint64_t step = p.state->dispatch_step;
   if (!ll_receive_has_its_send(p, step, kPhaseDispatchWait)) return;
-  if (!ll_wait_sources(p, step, tokens)) return;
+  // One node: the parity of the dispatch call's number, of its done counts and of its stage (the
+  // sends store there, ll_send_kernel). Several nodes: stage parity 0 (the forwarders'), no counts.
+  const int parity = p.nodes.several() ? 0 : static_cast<int>(p.state->dispatch_calls & 1);
+  if (!ll_wait_sources(p, step, parity, tokens)) return;
   if (threadIdx.x == 0) {
     int64_t at = 0;
     for (int s = 0; s < info.world_size; ++s) {
@@ -202,9 +204,6 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
   const char* self = p.peers.base[info.rank];
   const int64_t slab_rows = static_cast<int64_t>(info.world_size) * info.max_tokens;
   const int64_t payload_bytes = p.layout.dispatch_payload_bytes;
-  // The stage of this call: one node's sends store into the parity of the dispatch call's
-  // number (ll_send_kernel), several nodes' forwarders into parity 0.
-  const int stage_parity = p.nodes.several() ? 0 : static_cast<int>(p.state->dispatch_calls & 1);
   // Work items (LlExpandItems), spread over every warp of the grid, none waiting for another:
   // fills write an expert's count (the sum of the sources' counts) and -1 sources past it;
   // copies are (token of any source, part), the tokens of all sources one after another.
@@ -239,7 +238,7 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
     int s = 0;
     while (token >= first_token[s + 1]) ++s;
     const int64_t t = token - first_token[s];
-    const char* stage = self + p.layout.ll_stage_offset(stage_parity, s, t);
+    const char* stage = self + p.layout.ll_stage_offset(parity, s, t);
     if (part < parts) {
       ll_expand_item(p, step, s, t, reinterpret_cast<const uint4*>(stage),
                      reinterpret_cast<uint4*>(p.slab_payload), shape.vectors, part, part == 0,
