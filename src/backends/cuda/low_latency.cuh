@@ -476,13 +476,15 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
     wait_previous_kernel();
     let_next_kernel_launch();
     // For the next send: this block's slot and those of the blocks a larger grid has beyond this
-    // one (the grid follows T), stored whether or not the call ran. Only this block reads its
-    // slot, every thread before its wait above; block_sees_error's barrier keeps the store after
-    // all of those reads (a warp that read the new value would store into the other parity).
+    // one (the grid follows T), stored whether or not the call ran, a slot a thread (a one-token
+    // send's single block stores them all). Only this block reads its slot, every thread before
+    // its wait above; block_sees_error's barrier keeps the stores after all of those reads (a
+    // warp that read the new value would store into the other parity).
     const uint64_t ran = p.state->dispatch_calls;
     const bool stopped = block_sees_error(p.err);
-    if (threadIdx.x == 0) {
-      for (int b = blockIdx.x; b < p.send_blocks; b += gridDim.x) p.sent_calls[b] = ran;
+    for (int64_t b = blockIdx.x + static_cast<int64_t>(threadIdx.x) * gridDim.x; b < p.send_blocks;
+         b += static_cast<int64_t>(blockDim.x) * gridDim.x) {
+      p.sent_calls[b] = ran;
     }
     if (stopped) return;
     if (ran != call) {
