@@ -5,7 +5,10 @@
 # at once) gained nothing. Tree P = this tree + next-trace-G.patch (v43: each decode kernel's first
 # entry and last exit) + next-trace-points.patch (points inside the step kernel, the send's tail,
 # its fence and its adds, and the expand's wait: trace_points.py names them). 1 and 128 tokens,
-# fp8 and bf16 dispatch with a bf16 combine, one configuration a process, three rounds.
+# fp8 and bf16 dispatch with a bf16 combine, one configuration a process, three rounds. Then
+# main's decode legs at SM budgets of 16, 32 (the default), 64 and 132 (128 tokens, two rounds):
+# how much of a leg the budget bounds (issue 13's 6 us a leg needs the combine's 16.5 MB at
+# 2.75 TB/s, about the copy floor of 32 SMs).
 #   bash docs/results/v44-one-h200/next-runP.sh      (logs to $OUT)
 set -u
 T0=$(date +%s)
@@ -18,7 +21,11 @@ for p in docs/results/v43-one-h200/next-trace-G.patch docs/results/v44-one-h200/
   (cd tmp-gpu/P && patch -p1 -s < ../../$p) || { echo "patch $p failed"; exit 1; }
 done
 (cd tmp-gpu/P && cmake -S . -B build/gpu $CFG > /dev/null 2>&1 &&
-  cmake --build build/gpu -j16 --target moe-ep > $OUT/build.log 2>&1) || { tail -30 $OUT/build.log; exit 1; }
+  cmake --build build/gpu -j10 --target moe-ep > ../build-P.log 2>&1 || echo "build P failed") &
+cmake -S . -B build/gpu $CFG > /dev/null 2>&1
+cmake --build build/gpu -j6 --target moe-ep > $OUT/build.log 2>&1 || { tail -30 $OUT/build.log; exit 1; }
+wait
+tail -3 tmp-gpu/build-P.log >> $OUT/build.log
 t built
 for r in 1 2 3; do for tok in 1 128; do for d in fp8 bf16; do
   echo "== $tok $d round $r"
@@ -27,4 +34,12 @@ for r in 1 2 3; do for tok in 1 128; do for d in fp8 bf16; do
 done; done; done > $OUT/trace.log 2>&1
 grep -E "wrong|rror" $OUT/trace.log | sort | uniq -c
 python3 docs/results/v44-one-h200/trace_points.py $OUT/trace.log
+t trace
+for r in 1 2; do
+  echo "== main round $r"
+  timeout 100 build/gpu/tools/moe-ep bench --backend cuda --ranks 1 --mode decode --tokens 128 \
+    --num-sms 16,32,64,132 --dispatch-dtype fp8 --combine-dtype bf16 --decode-graph round \
+    --iters 200 --warmup 20
+done > $OUT/budgets.log 2>&1
+grep -E "^==|^ +[0-9]|wrong" $OUT/budgets.log
 t end
