@@ -36,6 +36,7 @@ for r in 1 2; do for v in . tmp-gpu/C; do
   echo "== $v round $r"; timeout 100 $v/build/gpu/tools/moe-ep $N
 done; done > $OUT/normal.log 2>&1
 grep -E "wrong|rror" $OUT/decode.log $OUT/normal.log | sort | uniq -c
+python3 tools/bench_compare.py $OUT/decode.log; python3 tools/bench_compare.py $OUT/normal.log
 t bench
 for b in $TESTS; do
   left=$(( 585 - $(date +%s) + T0 )); [ $left -lt 20 ] && { echo "$b: no time left"; continue; }

@@ -48,7 +48,8 @@ B="bench --backend cuda --ranks 1 --tokens 128,4096 --num-sms 32 --dispatch-dtyp
 for r in 1 2 3; do for v in . tmp-gpu/D; do
   echo "== $v round $r"; timeout 120 $v/build/gpu/tools/moe-ep $B
 done; done > $OUT/bench.log 2>&1
-grep -E "^==|^ +[0-9]+ +32 |wrong" $OUT/bench.log | awk '/^ +[0-9]/{print $1, $3, $4, $5, $6, $NF; next} {print}'
+grep -E "wrong|rror" $OUT/bench.log | sort | uniq -c
+python3 tools/bench_compare.py $OUT/bench.log
 t bench
 for b in $TESTS; do
   left=$(( 585 - $(date +%s) + T0 )); [ $left -lt 20 ] && { echo "$b: no time left"; continue; }

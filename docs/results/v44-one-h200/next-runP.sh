@@ -41,5 +41,5 @@ for r in 1 2; do
     --num-sms 16,32,64,132 --dispatch-dtype fp8 --combine-dtype bf16 --decode-graph round \
     --iters 200 --warmup 20
 done > $OUT/budgets.log 2>&1
-grep -E "^==|^ +[0-9]|wrong" $OUT/budgets.log
+python3 tools/bench_compare.py $OUT/budgets.log
 t end
