@@ -3,7 +3,7 @@
 # size, a --tokens list, and lists of dtypes), several nodes (--ranks-per-node),
 # `moe-ep config`, and one test per bad argument
 # asserting exit code 2 and a single stderr line that names the argument and the value (also
-# for moe-ep-link-floor, when built).
+# for moe-ep-link-floor and moe-ep-latency-floor, when built).
 # The drivers are tests/cli/*.sh; each test runs in well under 10 s on two cores.
 if(NOT TARGET moe-ep)
   return()
@@ -314,6 +314,27 @@ if(TARGET moe-ep-link-floor)
                    ${MOE_EP_LINK_FLOOR} --mib 0)
   moe_ep_cli_error(link_floor_unknown 2 "--bogus" "unknown option" --
                    ${MOE_EP_LINK_FLOOR} --bogus 1)
+endif()
+# moe-ep-latency-floor (built with CUDA): the same for its arguments; on a GPU (label gpu) a short
+# run must pass the tool's own checks (each chase ends on its predicted slot, the signalling
+# blocks on two SMs within a second) and print its last row.
+if(TARGET moe-ep-latency-floor)
+  set(MOE_EP_LATENCY_FLOOR $<TARGET_FILE:moe-ep-latency-floor>)
+  moe_ep_cli_error(latency_floor_reps_zero 2 "--reps=0" "outside [1, 1000]" --
+                   ${MOE_EP_LATENCY_FLOOR} --reps 0)
+  moe_ep_cli_error(latency_floor_chain_short 2 "--chain=8" "outside [16, 65536]" --
+                   ${MOE_EP_LATENCY_FLOOR} --chain 8)
+  moe_ep_cli_error(latency_floor_gpu_not_integer 2 "--gpu=x" "'x' is not an integer" --
+                   ${MOE_EP_LATENCY_FLOOR} --gpu x)
+  moe_ep_cli_error(latency_floor_unknown 2 "--bogus" "unknown option" --
+                   ${MOE_EP_LATENCY_FLOOR} --bogus 1)
+  add_test(NAME latency_floor_runs
+           COMMAND bash ${MOE_EP_CLI_DIR}/expect_output.sh "# moe-ep-latency-floor: GPU 0"
+                   "kernel boundary in a CUDA graph, programmatic launch" --
+                   ${MOE_EP_LATENCY_FLOOR} --reps 3 --chain 64)
+  # Without a usable GPU (this machine's CI) the tool stops at its first CUDA call: skipped.
+  set_tests_properties(latency_floor_runs PROPERTIES LABELS gpu TIMEOUT 60 SKIP_REGULAR_EXPRESSION
+                       "cudaErrorNoDevice|cudaErrorInsufficientDriver")
 endif()
 
 # scripts/multi-gpu-bench --dry-run lists its steps without a GPU (and writes nothing).
