@@ -312,6 +312,8 @@ if(TARGET moe-ep-link-floor)
                    ${MOE_EP_LINK_FLOOR} --gpus 0,1,2)
   moe_ep_cli_error(link_floor_mib 2 "--mib=0" "outside [1, 16384]" --
                    ${MOE_EP_LINK_FLOOR} --mib 0)
+  moe_ep_cli_error(link_floor_mib_list 2 "--mib=1,2" "takes one value" --
+                   ${MOE_EP_LINK_FLOOR} --mib 1,2)
   moe_ep_cli_error(link_floor_unknown 2 "--bogus" "unknown option" --
                    ${MOE_EP_LINK_FLOOR} --bogus 1)
 endif()
@@ -328,6 +330,8 @@ if(TARGET moe-ep-latency-floor)
                    ${MOE_EP_LATENCY_FLOOR} --gpu x)
   moe_ep_cli_error(latency_floor_unknown 2 "--bogus" "unknown option" --
                    ${MOE_EP_LATENCY_FLOOR} --bogus 1)
+  moe_ep_cli_error(latency_floor_reps_list 2 "--reps=2,3" "takes one value" --
+                   ${MOE_EP_LATENCY_FLOOR} --reps 2,3)
   add_test(NAME latency_floor_runs
            COMMAND bash ${MOE_EP_CLI_DIR}/expect_output.sh "# moe-ep-latency-floor: GPU 0"
                    "kernel boundary in a CUDA graph, programmatic launch" --

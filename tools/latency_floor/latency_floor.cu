@@ -36,22 +36,13 @@
 #include <utility>
 #include <vector>
 
+#include "cuda_tool.h"
+
 namespace {
 
-struct CudaFailure : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-struct BadArgument : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) {
-    throw CudaFailure(std::string(what) + ": " + cudaGetErrorName(e) + " (" +
-                      cudaGetErrorString(e) + ")");
-  }
-}
-#define CK(call) check((call), #call)
+using moe_ep_tool::BadArgument;
+using moe_ep_tool::CudaFailure;
+using moe_ep_tool::parse_one;
 
 constexpr int kSlots = 64;      // slots of a chase, one cycle through all of them
 constexpr int kStride = 32;     // 64-bit words from one slot to the next: 256 bytes
@@ -402,19 +393,6 @@ Figure boundary(Bench& b, bool pdl, bool graph) {
   return summarize(ns);
 }
 
-int parse_int(const std::string& flag, const std::string& text, int lo, int hi) {
-  char* end = nullptr;
-  const long v = std::strtol(text.c_str(), &end, 10);
-  if (text.empty() || *end != '\0') {
-    throw BadArgument(flag + "=" + text + ": '" + text + "' is not an integer");
-  }
-  if (v < lo || v > hi) {
-    throw BadArgument(flag + "=" + text + ": " + text + " is outside [" + std::to_string(lo) +
-                      ", " + std::to_string(hi) + "]");
-  }
-  return static_cast<int>(v);
-}
-
 int run(int argc, char** argv) {
   int gpu = 0;
   Bench b;
@@ -427,11 +405,11 @@ int run(int argc, char** argv) {
     if (i + 1 >= argc) throw BadArgument(flag + ": needs a value");
     const std::string value = argv[++i];
     if (flag == "--gpu") {
-      gpu = parse_int(flag, value, 0, 1023);
+      gpu = parse_one(flag, value, 0, 1023);
     } else if (flag == "--reps") {
-      b.reps = parse_int(flag, value, 1, 1000);
+      b.reps = parse_one(flag, value, 1, 1000);
     } else if (flag == "--chain") {
-      b.chain = parse_int(flag, value, 16, 65536);
+      b.chain = parse_one(flag, value, 16, 65536);
     } else {
       throw BadArgument(flag + ": unknown option (--gpu, --reps, --chain)");
     }
@@ -547,13 +525,5 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const BadArgument& e) {
-    std::fprintf(stderr, "moe-ep-latency-floor: %s\n", e.what());
-    return 2;
-  } catch (const CudaFailure& e) {
-    std::fprintf(stderr, "moe-ep-latency-floor: %s\n", e.what());
-    return 1;
-  }
+  return moe_ep_tool::tool_main("moe-ep-latency-floor", [&] { return run(argc, argv); });
 }

@@ -25,22 +25,14 @@
 #include <string>
 #include <vector>
 
+#include "cuda_tool.h"
+
 namespace {
 
-struct CudaFailure : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-struct BadArgument : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) {
-    throw CudaFailure(std::string(what) + ": " + cudaGetErrorName(e) + " (" +
-                      cudaGetErrorString(e) + ")");
-  }
-}
-#define CK(call) check((call), #call)
+using moe_ep_tool::BadArgument;
+using moe_ep_tool::CudaFailure;
+using moe_ep_tool::parse_list;
+using moe_ep_tool::parse_one;
 
 constexpr int kStoreThreads = 512;
 constexpr int kBulkStages = 4;
@@ -185,27 +177,6 @@ double measure(Method m, std::vector<Side*> senders, size_t bytes, int sms, int 
   return static_cast<double>(bytes) / (ms[ms.size() / 2] * 1e-3) / 1e9;
 }
 
-std::vector<int> parse_list(const std::string& flag, const std::string& text, int lo, int hi) {
-  std::vector<int> out;
-  size_t pos = 0;
-  while (pos <= text.size()) {
-    const size_t comma = std::min(text.find(',', pos), text.size());
-    const std::string item = text.substr(pos, comma - pos);
-    char* end = nullptr;
-    const long v = std::strtol(item.c_str(), &end, 10);
-    if (item.empty() || *end != '\0') {
-      throw BadArgument(flag + "=" + text + ": '" + item + "' is not an integer");
-    }
-    if (v < lo || v > hi) {
-      throw BadArgument(flag + "=" + text + ": " + item + " is outside [" + std::to_string(lo) +
-                        ", " + std::to_string(hi) + "]");
-    }
-    out.push_back(static_cast<int>(v));
-    pos = comma + 1;
-  }
-  return out;
-}
-
 int run(int argc, char** argv) {
   std::vector<int> gpus = {0, 1};
   int mib = 256;
@@ -227,9 +198,9 @@ int run(int argc, char** argv) {
                           ": needs two different devices (e.g. 0,1), or one for copies inside it");
       }
     } else if (flag == "--mib") {
-      mib = parse_list(flag, value, 1, 16384).at(0);
+      mib = parse_one(flag, value, 1, 16384);
     } else if (flag == "--reps") {
-      reps = parse_list(flag, value, 1, 1000).at(0);
+      reps = parse_one(flag, value, 1, 1000);
     } else if (flag == "--sms") {
       sms_list = parse_list(flag, value, 1, 1024);
     } else {
@@ -357,13 +328,5 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const BadArgument& e) {
-    std::fprintf(stderr, "moe-ep-link-floor: %s\n", e.what());
-    return 2;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "moe-ep-link-floor: %s\n", e.what());
-    return 1;
-  }
+  return moe_ep_tool::tool_main("moe-ep-link-floor", [&] { return run(argc, argv); });
 }
