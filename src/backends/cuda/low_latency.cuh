@@ -169,7 +169,7 @@ __device__ __forceinline__ char* ll_message_out(const LowLatencyParams& p, int n
   return p.msg_out + static_cast<int64_t>(p.nodes.slot(n)) * p.msg.bytes;
 }
 // One node's send, a block's end: this rank's done word {step, T} into every destination (the
-// same value from every block, stored before the block's fence), then the block's add to this
+// same value from every block, stored before the block's barrier), then the block's add to this
 // rank's done count of the dispatch call's parity (`parity`, the send's) in every destination
 // (count_block_done). ll_wait_sources takes the rows once the count is complete.
 __device__ inline void ll_add_block_done(const LowLatencyParams& p, uint64_t step, int parity) {

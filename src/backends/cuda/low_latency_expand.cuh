@@ -10,8 +10,8 @@ namespace moe_ep::cuda_backend {
 // Fills tokens[s] (in shared memory) with each source's T. One node: first for the source's done
 // count of the dispatch call (every block of its send added itself, ll_add_block_done; every block
 // of this kernel reads it, the next dispatch's step kernel clears it); its done word, stored by
-// each block before its fence, is then in place. Several nodes: the done word alone, which the
-// forwarder releases. `parity`: the dispatch call's (one node).
+// each block before its barrier and release add, is then in place. Several nodes: the done word
+// alone, which the forwarder releases. `parity`: the dispatch call's (one node).
 __device__ __forceinline__ bool ll_wait_sources(const LowLatencyParams& p, uint64_t step,
                                                 int parity, int* tokens) {
   __shared__ int gave_up;
