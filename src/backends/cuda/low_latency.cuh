@@ -320,7 +320,7 @@ __device__ __forceinline__ void ll_send_meta_one_node(const LowLatencyParams& p,
   const uint64_t mask = warp_or64(lane_mask);
   if (lane == 0) p.token_mask[t] = mask;
   for (int d = lane; d < info.world_size; d += 32) {
-    // Plain stores: the done word released after them orders them.
+    // Plain stores: the block's done-count add, a release after its barrier, orders them.
     *reinterpret_cast<uint64_t*>(p.peers.base[d] + p.layout.ll_flag_offset(info.rank, t)) =
         step << 1 | ((mask >> d) & 1);
   }
