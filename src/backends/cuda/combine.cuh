@@ -61,8 +61,10 @@ __device__ __forceinline__ void send_combine_range(LoadRow load, int64_t begin, 
     }
   }
   if (dst_flag == nullptr) return;
-  // Every lane's stores of the range are visible system-wide before lane 0 flags it ready.
-  __threadfence_system();
+  // Every lane's stores of the range before lane 0's flag: the warp's barrier orders them before
+  // it, and the flag is a release at system scope, which is cumulative, so a reader that acquires
+  // it sees them (count_block_done ends a block the same way; until v46 every lane fenced at
+  // system scope before the barrier).
   __syncwarp();
   if (lane == 0) st_release_sys(dst_flag, tag);
 }

@@ -236,15 +236,13 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
   }
   // The last warp out resets the tickets for the next launch, which the op's order (stream or
   // graph) starts only after this one: the two parts of a hooked combine each count from 0. The
-  // fences make every warp's last take of tickets[0] precede its count in tickets[1], and the
-  // last warp's reset follow every count it saw, so no take lands after the reset.
-  if (c.lane == 0) {
-    __threadfence();
-    if (atomicAdd(&p.tickets[1], 1u) == static_cast<unsigned int>(c.num_warps) - 1) {
-      __threadfence();
-      p.tickets[0] = 0;
-      p.tickets[1] = 0;
-    }
+  // count is an acquire-release add: each warp's last take of tickets[0] happens before its
+  // count, and the last warp's reset after every count it saw, so no take lands after the reset
+  // (two fences around a relaxed add did this before v46).
+  if (c.lane == 0 &&
+      atomic_add_acq_rel_gpu(&p.tickets[1], 1u) == static_cast<unsigned int>(c.num_warps) - 1) {
+    p.tickets[0] = 0;
+    p.tickets[1] = 0;
   }
 }
 
