@@ -39,7 +39,8 @@ def parse(lines):
         if "disp_us" in fields:
             header = fields
             continue
-        if header is None or len(fields) != len(header) or not fields[0][0].isdigit():
+        # (a row's first column is its tokens or sms, or, in a one-size decode table, its dtype)
+        if header is None or len(fields) != len(header) or fields[0].startswith("#"):
             continue
         row = dict(zip(header, fields))
         key = tuple((k, row[k]) for k in KEY_COLUMNS if k in row)

@@ -41,8 +41,9 @@ namespace moe_ep::testing {
 // - rank r of the single-GPU world (r < 8) computes on streams r, 8 + r and 16 + r (its first,
 //   second and third TestStream) and allocates and copies on stream 16 + r (its third compute
 //   stream: a queue shared within a rank only orders that rank's own work);
-// - a thread outside the world (a test's main thread, or one rank per GPU) computes on streams
-//   23, 22 and 21 and allocates on stream 16, which the ranks leave alone while it runs.
+// - rank r of a world of one rank per GPU (run_gpu_ranks) takes the same indices on its device;
+// - a thread outside the world (a test's main thread) computes on streams 23, 22 and 21 and
+//   allocates on stream 16, which the ranks leave alone while it runs.
 // The pool takes 24 of the 32 queues, not all of them: a stream made later, such as those the
 // driver makes to run a CUDA graph launched on a pool stream, lands on one of the 8 queues left
 // (until it wraps around) instead of on another rank's. With all 32 queues in the pool, the
@@ -53,7 +54,7 @@ namespace moe_ep::testing {
 // rendezvous, never while another rank's data kernels wait.
 inline constexpr int kStreamPool = 24;
 inline constexpr int kPooledRanks = 8;
-inline thread_local int test_rank = -1;  // set by the single-GPU world's runner (gpu_world.h)
+inline thread_local int test_rank = -1;  // set by the runners (run_world, run_gpu_ranks)
 
 // Where a rank's host thread has been, for the single-GPU world's stall (docs/perf-notes.md, open
 // leads): a rank's first launch of a call has come 30 s late from its host, so the world's runner
@@ -283,6 +284,10 @@ inline std::vector<std::string> run_gpu_ranks(
   std::vector<std::thread> threads;
   for (size_t r = 0; r < comms.size(); ++r) {
     threads.emplace_back([&, r] {
+      // Rank r's streams of its device's pool, as in the single-GPU world: not the streams of
+      // the main thread, which may be running work of its own there (TwoGpuBusy's holding
+      // kernel, which rank 0's rounds queued behind until v46 set this).
+      test_rank = static_cast<int>(r);
       try {
         MOE_EP_CUDA_CHECK(cudaSetDevice(static_cast<int>(r)));
         fn(static_cast<int>(r), comms[r]);

@@ -19,6 +19,8 @@
 //   boundary   kernel A's last timer read to kernel B's first after it may read A's results:
 //              stream order, programmatic dependent launch (B waits in griddepcontrol.wait), and
 //              both inside a CUDA graph
+//   round      a decode round's five kernels at world size 1 with their grids and block sizes but
+//              no work, 16 rounds in one graph timed by events: what the kernels cost as such
 // Each figure is the median (and the range) over --reps timed repetitions after one warm-up,
 // %globaltimer read inside the kernels; the per-operation rows divide a chain of --chain
 // operations. The tool checks what it measures: a chase must end on the slot it predicts, the two
@@ -269,6 +271,20 @@ __global__ void boundary_b_kernel(uint64_t* stamps) {
   stamps[1] = entry;
 }
 
+// A kernel of a decode round's shape with no work: it waits for the kernel before it, lets the
+// next one launch, and thread 0 of each block stores one word (through shared memory, so the
+// launch's shared memory is used). shape_round times 5 of them a round (decode_round_shapes).
+template <int kThreads>
+__global__ void __launch_bounds__(kThreads) shape_kernel(uint64_t* sink, uint64_t v) {
+  extern __shared__ uint64_t shape_smem[];
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  if (threadIdx.x == 0) {
+    shape_smem[0] = v;
+    sink[(blockIdx.x % 64) * kStride] = shape_smem[0] + blockIdx.x;
+  }
+}
+
 struct Figure {
   double median, lo, hi;
 };
@@ -388,6 +404,65 @@ Figure boundary(Bench& b, bool pdl, bool graph) {
     if (r > 0) ns.push_back(static_cast<double>(static_cast<int64_t>(h[2] - h[0])));
   }
   if (exec != nullptr) CK(cudaGraphExecDestroy(exec));
+  return summarize(ns);
+}
+
+// A decode round's kernels at world size 1, empty (shape_kernel): the dispatch's step kernel (one
+// block of 1024 threads with the ranks' 32 KiB of shared memory), its send and its expand (`grid`
+// blocks of 512 threads each), the combine's step kernel (one block of 64 threads) and the
+// combine (`grid` x 512); kRounds rounds in one CUDA graph, with or without programmatic launch,
+// timed by events around each replay. ns a round, over reps.
+constexpr int kRounds = 16;
+constexpr int kRanksSmem = 32 * 1024;
+Figure shape_round(Bench& b, int grid, bool pdl) {
+  struct Shape {
+    int blocks, threads, smem;
+  };
+  const Shape shapes[] = {{1, 1024, kRanksSmem}, {grid, 512, 0}, {grid, 512, 0}, {1, 64, 0},
+                          {grid, 512, 0}};
+  CK(cudaStreamBeginCapture(b.stream, cudaStreamCaptureModeThreadLocal));
+  for (int r = 0; r < kRounds; ++r) {
+    for (const Shape& k : shapes) {
+      cudaLaunchConfig_t cfg{};
+      cfg.gridDim = dim3(static_cast<unsigned int>(k.blocks));
+      cfg.blockDim = dim3(static_cast<unsigned int>(k.threads));
+      cfg.dynamicSmemBytes = static_cast<size_t>(k.smem > 0 ? k.smem : 8);
+      cfg.stream = b.stream;
+      cudaLaunchAttribute attr{};
+      attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      attr.val.programmaticStreamSerializationAllowed = 1;
+      cfg.attrs = &attr;
+      cfg.numAttrs = pdl ? 1 : 0;
+      if (k.threads == 1024) {
+        CK(cudaLaunchKernelEx(&cfg, shape_kernel<1024>, b.scratch, static_cast<uint64_t>(r)));
+      } else if (k.threads == 512) {
+        CK(cudaLaunchKernelEx(&cfg, shape_kernel<512>, b.scratch, static_cast<uint64_t>(r)));
+      } else {
+        CK(cudaLaunchKernelEx(&cfg, shape_kernel<64>, b.scratch, static_cast<uint64_t>(r)));
+      }
+    }
+  }
+  cudaGraph_t g = nullptr;
+  CK(cudaStreamEndCapture(b.stream, &g));
+  cudaGraphExec_t exec = nullptr;
+  CK(cudaGraphInstantiate(&exec, g, 0));
+  CK(cudaGraphDestroy(g));
+  cudaEvent_t start = nullptr, stop = nullptr;
+  CK(cudaEventCreate(&start));
+  CK(cudaEventCreate(&stop));
+  std::vector<double> ns;
+  for (int r = 0; r <= b.reps; ++r) {
+    CK(cudaEventRecord(start, b.stream));
+    CK(cudaGraphLaunch(exec, b.stream));
+    CK(cudaEventRecord(stop, b.stream));
+    CK(cudaEventSynchronize(stop));
+    float ms = 0;
+    CK(cudaEventElapsedTime(&ms, start, stop));
+    if (r > 0) ns.push_back(static_cast<double>(ms) * 1e6 / kRounds);
+  }
+  CK(cudaEventDestroy(start));
+  CK(cudaEventDestroy(stop));
+  CK(cudaGraphExecDestroy(exec));
   return summarize(ns);
 }
 
@@ -512,6 +587,16 @@ int run(int argc, char** argv) {
       boundary(b, true, false));
   row("kernel boundary in a CUDA graph", boundary(b, false, true));
   row("kernel boundary in a CUDA graph, programmatic launch", boundary(b, true, true));
+  CK(cudaFuncSetAttribute(shape_kernel<1024>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                          kRanksSmem));
+  for (const int grid : {1, 32, 132, 264}) {
+    for (const bool pdl : {true, false}) {
+      const std::string what = "decode round of 5 empty kernels, grids of " +
+                               std::to_string(grid) + " x 512, graph" +
+                               (pdl ? ", programmatic launch" : "") + " (a round)";
+      row(what.c_str(), shape_round(b, grid, pdl));
+    }
+  }
   CK(cudaFreeHost(host));
   CK(cudaFree(b.scratch));
   CK(cudaFree(b.slots));
