@@ -4,7 +4,8 @@
 // tool times each kind alone, so that a leg's time can be counted from its steps:
 //   loads      one thread chases 64 slots 256 bytes apart, each load's address the previous
 //              load's value (an L1 hit, an L2 hit, volatile, relaxed and acquire at system
-//              scope, and volatile from mapped host memory), and atomicAdd the same way
+//              scope, and volatile from mapped host memory), and atomicAdd the same way; then
+//              L2 hits with every slot in a 2 MiB page of its own (64 pages, then 4096)
 //   stores     one thread stores a word, then a fence of each kind, or a release store, or a
 //              release or relaxed red.add at system scope: the cost of each, the fence included
 //   block      a block of 1024 threads: a barrier; the end of a block whose threads each store
@@ -79,22 +80,31 @@ __device__ __forceinline__ uint64_t load(uint64_t* p) {
 }
 
 // out[0]: ns for `chain` dependent loads after one pass over the slots; out[1]: the last slot.
+// `n` slots `stride` words apart (kSlots and kStride but for the page rows).
 template <int K>
-__global__ void chase_kernel(uint64_t* slots, int chain, uint64_t* out) {
+__global__ void chase_kernel(uint64_t* slots, int chain, uint64_t* out, uint64_t n,
+                             uint64_t stride) {
   uint64_t i = 0;
-  for (int j = 0; j < kSlots; ++j) i = load<K>(slots + i * kStride);
-  if (i >= kSlots) {
+  for (uint64_t j = 0; j < n; ++j) i = load<K>(slots + i * stride);
+  if (i >= n) {
     out[1] = i;
     return;
   }
   const uint64_t t0 = now_ns();
-  for (int j = 0; j < chain; ++j) i = load<K>(slots + i * kStride);
-  if (i >= kSlots) {  // (the branch waits for the last load before the timer is read)
+  for (int j = 0; j < chain; ++j) i = load<K>(slots + i * stride);
+  if (i >= n) {  // (the branch waits for the last load before the timer is read)
     out[1] = i;
     return;
   }
   out[0] = now_ns() - t0;
   out[1] = i;
+}
+
+// Slot i of a page chase (n slots `stride` words apart) holds (i + kStep) % n.
+__global__ void page_chase_init_kernel(uint64_t* slots, uint64_t n, uint64_t stride) {
+  for (uint64_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    slots[i * stride] = (i + kStep) % n;
+  }
 }
 
 enum Sync {
@@ -418,8 +428,8 @@ Figure shape_round(Bench& b, int grid, bool pdl) {
   struct Shape {
     int blocks, threads, smem;
   };
-  const Shape shapes[] = {{1, 1024, kRanksSmem}, {grid, 512, 0}, {grid, 512, 0}, {1, 64, 0},
-                          {grid, 512, 0}};
+  const Shape shapes[] = {
+      {1, 1024, kRanksSmem}, {grid, 512, 0}, {grid, 512, 0}, {1, 64, 0}, {grid, 512, 0}};
   CK(cudaStreamBeginCapture(b.stream, cudaStreamCaptureModeThreadLocal));
   for (int r = 0; r < kRounds; ++r) {
     for (const Shape& k : shapes) {
@@ -531,8 +541,9 @@ int run(int argc, char** argv) {
       static_cast<unsigned long long>(timer_step));
   std::printf("%-66s %8s %8s %8s\n", "step", "median", "min", "max");
   const auto chase_row = [&](const char* what, auto kernel, uint64_t* slots, int n) {
-    row(what, b.per_op(what, n, (kStep * static_cast<uint64_t>(n)) % kSlots, true,
-                       [&] { kernel<<<1, 1, 0, b.stream>>>(slots, n, b.out); }));
+    row(what, b.per_op(what, n, (kStep * static_cast<uint64_t>(n)) % kSlots, true, [&] {
+      kernel<<<1, 1, 0, b.stream>>>(slots, n, b.out, uint64_t{kSlots}, uint64_t{kStride});
+    }));
   };
   chase_row("load, L1 hit (ld.global.ca)", chase_kernel<kL1>, b.slots, chain);
   chase_row("load, L2 hit (ld.global.cg)", chase_kernel<kL2>, b.slots, chain);
@@ -545,6 +556,30 @@ int run(int argc, char** argv) {
             b.slots, chain);
   chase_row("load, volatile, from mapped host memory (a chain of chain/16)",
             chase_kernel<kVolatile>, b.host_slots, std::max(chain / 16, 4));
+  // The same L2-hit chase with each slot in a page of its own (2 MiB apart, cudaMalloc's large
+  // pages): a load that also misses the SM's address translation cache, and with 4096 pages (8
+  // GiB) more pages than the translation caches may hold. The decode kernels' words (state,
+  // flags, counts, metadata, rows) lie in different regions of a large buffer.
+  for (const uint64_t pages : {uint64_t{64}, uint64_t{4096}}) {
+    constexpr uint64_t kPageWords = (uint64_t{2} << 20) / sizeof(uint64_t);
+    uint64_t* far = nullptr;
+    if (cudaMalloc(&far, pages * kPageWords * sizeof(uint64_t)) != cudaSuccess) {
+      (void)cudaGetLastError();
+      std::printf("(no room for %llu pages of 2 MiB: row skipped)\n",
+                  static_cast<unsigned long long>(pages));
+      continue;
+    }
+    page_chase_init_kernel<<<64, 256, 0, b.stream>>>(far, pages, kPageWords);
+    CK(cudaGetLastError());
+    const std::string what =
+        "load, L2 hit, each slot in another 2 MiB page (" + std::to_string(pages) + " pages)";
+    row(what.c_str(),
+        b.per_op(what.c_str(), chain, (kStep * static_cast<uint64_t>(chain)) % pages, true, [&] {
+          chase_kernel<kL2><<<1, 1, 0, b.stream>>>(far, chain, b.out, pages, kPageWords);
+        }));
+    CK(cudaStreamSynchronize(b.stream));
+    CK(cudaFree(far));
+  }
   const auto sync_row = [&](const char* what, auto kernel) {
     row(what, b.per_op(what, chain, 0, false,
                        [&] { kernel<<<1, 1, 0, b.stream>>>(b.scratch, chain, b.out); }));
@@ -591,9 +626,9 @@ int run(int argc, char** argv) {
                           kRanksSmem));
   for (const int grid : {1, 32, 132, 264}) {
     for (const bool pdl : {true, false}) {
-      const std::string what = "decode round of 5 empty kernels, grids of " +
-                               std::to_string(grid) + " x 512, graph" +
-                               (pdl ? ", programmatic launch" : "") + " (a round)";
+      const std::string what = "decode round of 5 empty kernels, grids of " + std::to_string(grid) +
+                               " x 512, graph" + (pdl ? ", programmatic launch" : "") +
+                               " (a round)";
       row(what.c_str(), shape_round(b, grid, pdl));
     }
   }
