@@ -374,6 +374,24 @@ std::pair<Figure, Figure> code_passes(Bench& b, bool after_other, int sms) {
   return {summarize(first), summarize(second)};
 }
 
+// Launches kernel(args...) on `stream`, with programmatic dependent launch when `pdl` (the next
+// kernel may then begin before this one ends; it waits in griddepcontrol.wait).
+template <typename... Params, typename... Args>
+void launch(void (*kernel)(Params...), int blocks, int threads, int smem, cudaStream_t stream,
+            bool pdl, Args... args) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned int>(blocks));
+  cfg.blockDim = dim3(static_cast<unsigned int>(threads));
+  cfg.dynamicSmemBytes = static_cast<size_t>(smem);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = pdl ? 1 : 0;
+  CK(cudaLaunchKernelEx(&cfg, kernel, args...));
+}
+
 // A's end to B's results-readable moment, ns, over reps: in a stream or a captured graph, with
 // or without programmatic dependent launch.
 Figure boundary(Bench& b, bool pdl, bool graph) {
@@ -381,16 +399,7 @@ Figure boundary(Bench& b, bool pdl, bool graph) {
   const auto enqueue = [&] {
     boundary_a_kernel<<<1, 32, 0, b.stream>>>(stamps);
     CK(cudaGetLastError());
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(1);
-    cfg.blockDim = dim3(32);
-    cfg.stream = b.stream;
-    cudaLaunchAttribute attr{};
-    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr.val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = &attr;
-    cfg.numAttrs = pdl ? 1 : 0;
-    CK(cudaLaunchKernelEx(&cfg, boundary_b_kernel, stamps));
+    launch(boundary_b_kernel, 1, 32, 0, b.stream, pdl, stamps);
   };
   cudaGraphExec_t exec = nullptr;
   if (graph) {
@@ -433,22 +442,14 @@ Figure shape_round(Bench& b, int grid, bool pdl) {
   CK(cudaStreamBeginCapture(b.stream, cudaStreamCaptureModeThreadLocal));
   for (int r = 0; r < kRounds; ++r) {
     for (const Shape& k : shapes) {
-      cudaLaunchConfig_t cfg{};
-      cfg.gridDim = dim3(static_cast<unsigned int>(k.blocks));
-      cfg.blockDim = dim3(static_cast<unsigned int>(k.threads));
-      cfg.dynamicSmemBytes = static_cast<size_t>(k.smem > 0 ? k.smem : 8);
-      cfg.stream = b.stream;
-      cudaLaunchAttribute attr{};
-      attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-      attr.val.programmaticStreamSerializationAllowed = 1;
-      cfg.attrs = &attr;
-      cfg.numAttrs = pdl ? 1 : 0;
+      const int smem = k.smem > 0 ? k.smem : 8;
+      const auto v = static_cast<uint64_t>(r);
       if (k.threads == 1024) {
-        CK(cudaLaunchKernelEx(&cfg, shape_kernel<1024>, b.scratch, static_cast<uint64_t>(r)));
+        launch(shape_kernel<1024>, k.blocks, k.threads, smem, b.stream, pdl, b.scratch, v);
       } else if (k.threads == 512) {
-        CK(cudaLaunchKernelEx(&cfg, shape_kernel<512>, b.scratch, static_cast<uint64_t>(r)));
+        launch(shape_kernel<512>, k.blocks, k.threads, smem, b.stream, pdl, b.scratch, v);
       } else {
-        CK(cudaLaunchKernelEx(&cfg, shape_kernel<64>, b.scratch, static_cast<uint64_t>(r)));
+        launch(shape_kernel<64>, k.blocks, k.threads, smem, b.stream, pdl, b.scratch, v);
       }
     }
   }
