@@ -96,6 +96,24 @@ class BenchCompareTest(unittest.TestCase):
         self.assertIn("sms=16 dispatch=fp8 combine=bf16 round_us: a: - | b: 210.0-210.0 (210.00)",
                       out)
 
+    def test_one_size_decode_layout(self):
+        # One token size in decode mode: no tokens or sms column, each row starts with its dtype
+        # (v46 run X1's rows were dropped before the parser took them).
+        header = ("dispatch combine            disp_us    comb_us  disp_MB  comb_MB disp_GB/s "
+                  "comb_GB/s  d_%flr  c_%flr   rel_err  #wrong  round_us")
+        lines = []
+        for r, (a, b) in enumerate(((29.8, 31.6), (29.9, 31.8)), start=1):
+            for tree, comb in (("a", a), ("b", b)):
+                lines += [f"== {tree} round {r}", header,
+                          f"fp8      bf16                  25.5 {comb:10.1f}    0.939    1.821     "
+                          "36.76     61.15     9.4    15.7    0.0258       0      43.7",
+                          "# wrong: 0 OK"]
+        wrong, out = self.run_report(lines)
+        self.assertEqual(wrong, 0)
+        self.assertIn("dispatch=fp8 combine=bf16 comb_us: a: 29.8-29.9 (29.85) | "
+                      "b: 31.6-31.8 (31.70) +1.85", out)
+        self.assertEqual(len(out), 1 + 3)  # one key, three time columns
+
     def test_wrong_rows_are_reported_and_fail_the_program(self):
         lines = self.decode_log()
         lines[3] = decode_row(1, "fp8", 14.0, 9.0, 20.0, wrong=3)
