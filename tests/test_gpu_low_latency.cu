@@ -5,7 +5,8 @@
 // graph test: each rank captures low_latency_dispatch -> an expert kernel -> low_latency_combine
 // in one CUDA graph and replays it 200 times with new inputs copied into the captured buffers
 // (new routing, masked slots, tokens with every slot masked, and rounds where every token is
-// masked), each replay checked bit for bit. Overlap hooks at W = 2: two micro-batches on two ops
+// masked), each replay checked bit for bit, on one GPU and, with two GPUs, one rank per GPU.
+// Overlap hooks at W = 2: two micro-batches on two ops
 // per rank, every call split into its send part (return_recv_hook) and its receive part in the
 // overlapped order with no host wait in between, eagerly for every dtype pair (equal to the
 // reference and to the same calls without hooks) and captured in one graph replayed with new
@@ -166,8 +167,10 @@ std::vector<RankInput> replay_inputs(const OpConfig& c, int world_size, int i) {
   return testing::replay_inputs(c, world_size, i, 1000);
 }
 
-TEST(GpuLowLatencyGraph, CapturedRoundReplays200TimesWithNewInputs) {
-  if (!testing::have_gpu()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
+// The graph test: two ranks, on one GPU (the one-GPU world) or one per GPU (NCCL communicators
+// over the GPUs' link, run_gpu_ranks), each capturing dispatch -> expert -> combine once and
+// replaying it with new inputs, every replay checked bit for bit.
+void captured_round_replays(bool two_gpus) {
   const int world_size = 2;
   const int replays = 200;
   const OpConfig c = decode_config(world_size, {DispatchDtype::fp8, CombineDtype::bf16});
@@ -176,12 +179,12 @@ TEST(GpuLowLatencyGraph, CapturedRoundReplays200TimesWithNewInputs) {
   for (int i = 0; i < replays; ++i) inputs.push_back(replay_inputs(c, world_size, i));
   std::vector<LowLatencyRound> rounds;
   for (int i = 0; i < replays; ++i) rounds.emplace_back(world_size, inputs[i]);
-  auto comms = make_single_gpu_world(world_size);
-  testing::run_world(comms, [&](int rank, const std::shared_ptr<Communicator>& comm) {
+  const auto rank_fn = [&](int rank, const std::shared_ptr<Communicator>& comm) {
+    const int device = two_gpus ? rank : 0;
     auto op = testing::kept_op(comm, c);
     TestStream stream;
     // The captured buffers.
-    testing::DeviceInput input(inputs[0][rank], 0);
+    testing::DeviceInput input(inputs[0][rank], device);
     DispatchArgs args = input.view;
     args.stream = stream.s;
     const int local = c.num_experts / world_size;
@@ -193,12 +196,12 @@ TEST(GpuLowLatencyGraph, CapturedRoundReplays200TimesWithNewInputs) {
     const LowLatencyDispatchResult d = op->low_latency_dispatch(args);
     testing::launch_scaled_expert(c, world_size, rank, d, static_cast<uint16_t*>(y.ptr.get()),
                                   stream.s);
-    op->low_latency_combine(
-        TensorView::tensor3(y.ptr.get(), ScalarType::kBFloat16, local, slab_rows, c.hidden,
-                            DeviceType::kCuda, 0),
-        d.handle,
-        TensorView::matrix(out.ptr.get(), ScalarType::kBFloat16, t, c.hidden, DeviceType::kCuda, 0),
-        stream.s);
+    op->low_latency_combine(TensorView::tensor3(y.ptr.get(), ScalarType::kBFloat16, local,
+                                                slab_rows, c.hidden, DeviceType::kCuda, device),
+                            d.handle,
+                            TensorView::matrix(out.ptr.get(), ScalarType::kBFloat16, t, c.hidden,
+                                               DeviceType::kCuda, device),
+                            stream.s);
     MOE_EP_CUDA_CHECK(cudaStreamEndCapture(stream.s, &graph));
     cudaGraphExec_t exec = nullptr;
     MOE_EP_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
@@ -219,12 +222,32 @@ TEST(GpuLowLatencyGraph, CapturedRoundReplays200TimesWithNewInputs) {
     op->synchronize(stream.s);  // raises anything the replays reported
     cudaGraphExecDestroy(exec);
     cudaGraphDestroy(graph);
-  });
+  };
+  if (two_gpus) {
+    const std::vector<std::string> errors =
+        testing::run_gpu_ranks(make_local_nccl_communicators({0, 1}), rank_fn);
+    for (int r = 0; r < world_size; ++r) EXPECT_EQ(errors[r], "") << "rank " << r << " threw";
+  } else {
+    testing::run_world(make_single_gpu_world(world_size), rank_fn);
+  }
   for (int i = 0; i < replays; ++i) {
     SCOPED_TRACE("replay " + std::to_string(i));
     testing::check_low_latency_round(c, world_size, rounds[i], i + 1);
     if (::testing::Test::HasFailure()) break;  // one replay's report is enough
   }
+}
+
+TEST(GpuLowLatencyGraph, CapturedRoundReplays200TimesWithNewInputs) {
+  if (!testing::have_gpu()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
+  captured_round_replays(false);
+}
+
+// The same with one rank per GPU: decode mode's flags, counts and rows across the GPUs' link
+// (every other decode test runs its ranks on one GPU).
+TEST(TwoGpuLowLatencyGraph, CapturedRoundReplays200TimesWithNewInputsOneRankPerGpu) {
+  if (!testing::have_gpu()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
+  if (cuda_device_count() < 2) GTEST_SKIP() << "needs 2 GPUs";
+  captured_round_replays(true);
 }
 
 // ---- overlap hooks ----------------------------------------------------------------------------

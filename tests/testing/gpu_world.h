@@ -148,26 +148,15 @@ inline void run_world(const std::vector<std::shared_ptr<Communicator>>& comms,
 
 // One NCCL communicator per GPU, on as many GPUs as there are up to `max_ranks` (one GPU: a rank
 // on its own, whose transfers go to itself), and fn(rank, world_size, comm) on a thread per rank
-// bound to its GPU; every exception is a test failure naming its rank.
+// bound to its GPU (run_gpu_ranks); every exception is a test failure naming its rank.
 inline void run_nccl_ranks(
     int max_ranks, const std::function<void(int, int, const std::shared_ptr<Communicator>&)>& fn) {
   const int world_size = std::max(1, std::min(max_ranks, cuda_device_count()));
   std::vector<int> devices;
   for (int r = 0; r < world_size; ++r) devices.push_back(r);
-  auto comms = make_local_nccl_communicators(devices);
-  std::vector<std::string> failure(world_size);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world_size; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        MOE_EP_CUDA_CHECK(cudaSetDevice(devices[r]));
-        fn(r, world_size, comms[r]);
-      } catch (const std::exception& e) {
-        failure[r] = e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
+  const std::vector<std::string> failure = run_gpu_ranks(
+      make_local_nccl_communicators(devices),
+      [&](int r, const std::shared_ptr<Communicator>& comm) { fn(r, world_size, comm); });
   for (int r = 0; r < world_size; ++r) {
     EXPECT_EQ(failure[r], "") << "rank " << r << " threw";
   }
