@@ -1,8 +1,9 @@
 #!/bin/bash
 # Prepared in v46, NOT RUN YET, for nvidia-h200-x2 (two calls of under 10 minutes, A then B):
 #   A: build, then the first half of `ctest -L gpu` at W = 2 across the two GPUs (the tests that
-#      take their world from cuda_device_count(); v46 ran only test_gpu_low_latency and the
-#      tests that need two GPUs there).
+#      take their world from cuda_device_count(), and TwoGpuLowLatencyGraph, new in v46: the
+#      decode graph test with one rank per GPU; v46 ran test_gpu_backend and the tests that need
+#      two GPUs there).
 #   B: build (a cold machine rebuilds), the second half, then scripts/multi-gpu-bench's steps not
 #      run since v14: nodes-net and nodes-net-decode (the path across nodes over NCCL's network
 #      transport, one rank per node) and mpi (one process per rank), while time is left.
