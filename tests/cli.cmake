@@ -319,7 +319,7 @@ if(TARGET moe-ep-link-floor)
 endif()
 # moe-ep-latency-floor (built with CUDA): the same for its arguments; on a GPU (label gpu) a short
 # run must pass the tool's own checks (each chase ends on its predicted slot, the signalling
-# blocks on two SMs within a second) and print its last row.
+# blocks on two SMs within a second) and print its page, boundary and last rows.
 if(TARGET moe-ep-latency-floor)
   set(MOE_EP_LATENCY_FLOOR $<TARGET_FILE:moe-ep-latency-floor>)
   moe_ep_cli_error(latency_floor_reps_zero 2 "--reps=0" "outside [1, 1000]" --
@@ -334,7 +334,8 @@ if(TARGET moe-ep-latency-floor)
                    ${MOE_EP_LATENCY_FLOOR} --reps 2,3)
   add_test(NAME latency_floor_runs
            COMMAND bash ${MOE_EP_CLI_DIR}/expect_output.sh "# moe-ep-latency-floor: GPU 0"
-                   "kernel boundary in a CUDA graph, programmatic launch" --
+                   "2 MiB page (64 pages)" "kernel boundary in a CUDA graph, programmatic launch"
+                   "grids of 264 x 512, graph (a round)" --
                    ${MOE_EP_LATENCY_FLOOR} --reps 3 --chain 64)
   # Without a usable GPU (this machine's CI) the tool stops at its first CUDA call: skipped.
   set_tests_properties(latency_floor_runs PROPERTIES LABELS gpu TIMEOUT 60 SKIP_REGULAR_EXPRESSION
