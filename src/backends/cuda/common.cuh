@@ -63,13 +63,9 @@ __device__ __forceinline__ void st_relaxed_sys(uint64_t* p, uint64_t v) {
   asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
 
-// An atomic add whose result nobody reads (a reduction), relaxed at system scope.
-__device__ __forceinline__ void red_add_relaxed_sys(uint64_t* p, uint64_t v) {
-  asm volatile("red.relaxed.sys.global.add.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
-}
-
-// The same with release semantics: the thread's earlier memory operations, and those ordered
-// before them (a block barrier), are visible to a reader that acquires the sum.
+// An atomic add whose result nobody reads (a reduction), a release at system scope: the thread's
+// earlier memory operations, and those ordered before them (a block barrier), are visible to a
+// reader that acquires the sum.
 __device__ __forceinline__ void red_add_release_sys(uint64_t* p, uint64_t v) {
   asm volatile("red.release.sys.global.add.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
