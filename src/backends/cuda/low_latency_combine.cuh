@@ -68,6 +68,153 @@ __device__ __forceinline__ uint4 weighted_slot_sum(const LocalSlots& s, const ui
   return lane_pack_bf16(acc);
 }
 
+// 16 bytes from global memory into shared memory by an asynchronous copy (cp.async, sm_80+): no
+// register holds them while they are in flight. valid false: the 16 bytes are zeros and nothing
+// is read (src must still be a global address). The line is left first to evict from L2, as
+// load_stream's ld.global.cs leaves it: y read with L2's normal policy stayed there and cost the
+// next decode dispatch at 256 tokens 0.5-1.9 us in the bench's loop (v47 runs Y and E).
+// cp_async_wait_all: this thread's copies are done and visible to it.
+__device__ __forceinline__ void cp_async_16_evict_first(uint4* dst, const void* src, bool valid) {
+  asm volatile(
+      "{\n\t.reg .b64 policy;\n\t"
+      "createpolicy.fractional.L2::evict_first.b64 policy, 1.0;\n\t"
+      "cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, policy;\n\t}" ::"r"(
+          static_cast<uint32_t>(__cvta_generic_to_shared(dst))),
+      "l"(__cvta_generic_to_global(src)), "r"(valid ? 16 : 0)
+      : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;" ::: "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() {
+  asm volatile("cp.async.wait_group 0;" ::: "memory");
+}
+
+// Slots are loaded and summed in halves of 4 (8 a group, as weighted_slot_sum).
+inline constexpr int kLlPipeHalf = kLlSlotGroup / 2;
+// The widest top-k (LocalSlots: two slots a lane).
+inline constexpr int kLlMaxSlots = 64;
+
+// The lane's shared-memory slots for SlotSumPipe's half in flight: slot i at [i * 32] (16 warps x
+// 4 x 32 x 16 B = 32 KiB a block; lane-major, so a warp's 16-byte accesses hit every bank once).
+__device__ __forceinline__ uint4* ll_pipe_slots() {
+  __shared__ uint4 buf[Policy::kDataThreads / 32][kLlPipeHalf][32];
+  return &buf[threadIdx.x / 32][0][threadIdx.x & 31];
+}
+
+// The sums of weighted_slot_sum, the same bits, for the warp steps of a range [begin, stop), one
+// call a step in order (as send_combine_range and ll_reduce_own_only call it), with the loads of y
+// ahead of the sums: each group's slots 4-7 are loaded into registers and then its slots 0-3,
+// which were copied ahead into shared memory, are summed; then the next group's slots 0-3 (the
+// next step's, after a step's last group) start their copy, and slots 4-7 are summed. So a half's
+// sum overlaps the next half's loads, and the next step's first loads are in flight while this
+// step is encoded and stored. weighted_slot_sum loads all 8 slots and then sums them: no load of
+// y is in flight while a warp sums (v47 run P: at 128 tokens 45% of ll_combine's warp samples wait
+// for y at the first use of a step's loads). The half in flight between calls lives in shared
+// memory: carried in 16 registers it spilled 100-500 bytes in every ll_combine instantiation.
+struct SlotSumPipe {
+  LocalSlots slots;
+  const uint16_t* y;
+  int hidden;
+  int k_slots;
+  int64_t stop;   // the range's end: nothing is loaded for a step at or past it
+  int lane_elem;  // the lane's first element in a warp step (lane * kElemsPerLane)
+  uint4* ahead;   // ll_pipe_slots()
+
+  __device__ __forceinline__ int32_t row_of(int k) const {
+    const int32_t row = __shfl_sync(0xffffffffu, k >= 32 ? slots.row[1] : slots.row[0], k & 31);
+    return k < k_slots ? row : -1;
+  }
+  // Slots [k0, k0 + 4) at elem into `ahead` (zeros without a row or past the row).
+  __device__ __forceinline__ void copy_half(int k0, int64_t elem) const {
+#pragma unroll
+    for (int i = 0; i < kLlPipeHalf; ++i) {
+      const int32_t row = row_of(k0 + i);
+      const bool valid = row >= 0 && elem < hidden;
+      cp_async_16_evict_first(ahead + i * 32,
+                              valid ? y + static_cast<int64_t>(row) * hidden + elem : y, valid);
+    }
+    cp_async_commit();
+  }
+  __device__ __forceinline__ void add_half(const uint4 (&v)[kLlPipeHalf], int k0,
+                                           float (&acc)[kElemsPerLane]) const {
+#pragma unroll
+    for (int i = 0; i < kLlPipeHalf; ++i) {
+      const int k = k0 + i;
+      float w = __shfl_sync(0xffffffffu, k >= 32 ? slots.weight[1] : slots.weight[0], k & 31);
+      if (row_of(k) < 0) w = -0.0f;  // as weighted_slot_sum
+#pragma unroll
+      for (int j = 0; j < kElemsPerLane; ++j) {
+        const float term = w * formats::bf16_to_float(formats::lane_elem(v[i], j));
+        acc[j] = acc[j] + term;
+      }
+    }
+  }
+  // The range's first copy (after any copy of an earlier pipe of this lane, all of which ran to
+  // their range's end, where none is left in flight).
+  __device__ __forceinline__ void start(int64_t elem) {
+    cp_async_wait_all();
+    copy_half(0, elem);
+  }
+  __device__ __forceinline__ uint4 operator()(int64_t elem) {
+    float acc[kElemsPerLane];
+#pragma unroll
+    for (int j = 0; j < kElemsPerLane; ++j) acc[j] = 0.0f;
+    const int64_t next = elem + kElemsPerWarpStep;
+    const bool more = next - lane_elem < stop;  // warp-uniform: the range has a next step
+#pragma unroll
+    for (int g = 0; g < kLlMaxSlots / kLlSlotGroup; ++g) {  // unrolled: a runtime loop spilled
+      const int k0 = g * kLlSlotGroup;
+      if (k0 >= k_slots) break;  // warp-uniform
+      uint4 second[kLlPipeHalf];
+#pragma unroll
+      for (int i = 0; i < kLlPipeHalf; ++i) {
+        const int32_t row = row_of(k0 + kLlPipeHalf + i);
+        second[i] = row >= 0 ? load_lane(y + static_cast<int64_t>(row) * hidden, elem, hidden)
+                             : make_uint4(0, 0, 0, 0);
+      }
+      uint4 first[kLlPipeHalf];
+      cp_async_wait_all();
+#pragma unroll
+      for (int i = 0; i < kLlPipeHalf; ++i) first[i] = ahead[i * 32];
+      add_half(first, k0, acc);
+      // The copy into `ahead` after its reads above were used (same thread, program order).
+      if (k0 + kLlSlotGroup < k_slots) {
+        copy_half(k0 + kLlSlotGroup, elem);
+      } else if (more) {
+        copy_half(0, next);
+      }
+      add_half(second, k0 + kLlPipeHalf, acc);
+    }
+    return lane_pack_bf16(acc);
+  }
+};
+
+// The pipe over [begin, stop) for a token's slots, its first copy issued.
+__device__ __forceinline__ SlotSumPipe slot_sum_pipe(const LocalSlots& slots, const uint16_t* y,
+                                                     int hidden, int k_slots, int64_t begin,
+                                                     int64_t stop, int lane) {
+  SlotSumPipe pipe{slots, y, hidden, k_slots, stop, lane * kElemsPerLane, ll_pipe_slots()};
+  pipe.start(begin + lane * kElemsPerLane);
+  return pipe;
+}
+
+// A token whose only part is this rank's own (every token at world size 1): what
+// reduce_combine_range computes for a mask of this rank alone, out = bf16(0 + decode(encode(p)))
+// lane by lane, one warp step at a time, with p from the pipe.
+template <typename F>
+__device__ __forceinline__ void ll_reduce_own_only(SlotSumPipe pipe, uint16_t* out_row,
+                                                   int64_t begin, int64_t end, int lane) {
+  for (int64_t base = begin; base < end; base += kElemsPerWarpStep) {
+    const int64_t elem = base + lane * kElemsPerLane;
+    float acc[kElemsPerLane];
+#pragma unroll
+    for (int j = 0; j < kElemsPerLane; ++j) acc[j] = 0.0f;
+    formats::lane_round_trip_add<F>(pipe(elem), elem < end, acc);  // every lane, as in the send
+    if (elem < end) *reinterpret_cast<uint4*>(out_row + elem) = lane_pack_bf16(acc);
+  }
+}
+
 // This rank's own part of a token in decode mode's combine: the weighted sum of its local slots'
 // rows of y (weighted_slot_sum), one warp step at a time, since its slot loads already keep a
 // group of loads in flight and more steps' registers would spill.
@@ -103,6 +250,11 @@ __device__ __forceinline__ bool ll_reduce_with_own_part(const LowLatencyParams& 
     own.slots = load_local_slots(
         p.slot_rows + (static_cast<int64_t>(info.rank) * info.max_tokens + t) * info.topk,
         meta + info.topk, info.topk, lane);
+    if (mask == uint64_t{1} << info.rank) {
+      ll_reduce_own_only<F>(slot_sum_pipe(own.slots, p.y, a.hidden, info.topk, begin, end, lane),
+                            a.out + t * a.hidden, begin, end, lane);
+      return true;
+    }
   }
   const auto flag_offset = [&](int r) { return p.layout.ll_ready_offset(r, t, slice); };
   return reduce_combine_range<F>(a, t, mask, begin, end, flag_offset, lane, own);
@@ -213,13 +365,13 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
         dest = p.nodes.rail_peer(s, p.nodes.node);
         slot = p.nodes.rail_peer(info.rank, s / p.nodes.node_size);
       }
-      // One warp step at a time: its 8 slots' loads are in flight together.
-      send_combine_range<F, 1>(
-          [&](int64_t elem) { return weighted_slot_sum(slots, p.y, elem, hidden, k_slots); }, begin,
-          stop, hidden, p.peers.base[dest] + p.layout.combine_row_offset(slot, t),
-          reinterpret_cast<uint64_t*>(p.peers.base[dest] +
-                                      p.layout.ll_ready_offset(slot, t, slice)),
-          tag, c.lane);
+      // One warp step at a time, the loads of y ahead of the sums (SlotSumPipe).
+      send_combine_range<F, 1>(slot_sum_pipe(slots, p.y, hidden, k_slots, begin, stop, c.lane),
+                               begin, stop, hidden,
+                               p.peers.base[dest] + p.layout.combine_row_offset(slot, t),
+                               reinterpret_cast<uint64_t*>(
+                                   p.peers.base[dest] + p.layout.ll_ready_offset(slot, t, slice)),
+                               tag, c.lane);
     } else if (begin < stop) {  // (a part past the end of a short last slice has nothing)
       const int64_t t = row_item;
       bool done = false;
