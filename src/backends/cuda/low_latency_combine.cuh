@@ -109,7 +109,7 @@ __device__ __forceinline__ uint4* ll_pipe_slots() {
 // next step's, after a step's last group) start their copy, and slots 4-7 are summed. So a half's
 // sum overlaps the next half's loads, and the next step's first loads are in flight while this
 // step is encoded and stored. weighted_slot_sum loads all 8 slots and then sums them: no load of
-// y is in flight while a warp sums (v47 run P: at 128 tokens 45% of ll_combine's warp samples wait
+// y is in flight while a warp sums (v47 run P: at 128 tokens 23% of ll_combine's warp samples wait
 // for y at the first use of a step's loads). The half in flight between calls lives in shared
 // memory: carried in 16 registers it spilled 100-500 bytes in every ll_combine instantiation.
 struct SlotSumPipe {

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Prepared in v46, NOT RUN YET (about 450 s, one H200):
+# v47 run S (prepared in v46 as next-runS.sh; about 450 s, one H200):
 # 1. moe-ep-latency-floor with its page rows (new in v46, not run): L2-hit loads whose slots
 #    each lie in a 2 MiB page of their own, 64 pages and 4096 (8 GiB). v46 found a decode round's
 #    kernels as such cost about 3 us of the 18.3 us one-token round, the rest being chains of
@@ -10,7 +10,7 @@
 #    gather them into a few pages.
 # 2. The whole GPU suite on main since v46 (T and R merged, run_gpu_ranks' streams): v46 ran
 #    only some of its binaries (runs F, X1-X3).
-#   bash docs/results/v46-one-h200/next-runS.sh      (logs to $OUT)
+#   bash docs/results/v47-one-h200/runS.sh      (logs to $OUT)
 set -u
 T0=$(date +%s)
 t() { echo "[$(($(date +%s) - T0)) s] $*"; }

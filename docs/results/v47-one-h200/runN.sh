@@ -1,12 +1,12 @@
 #!/bin/bash
-# Prepared in v46, NOT RUN YET (about 3 min, one H200): each decode kernel's own duration at
+# v47 run N (prepared in v46 as next-runN.sh; about 3 min, one H200): each decode kernel's own duration at
 # world size 1, with the clocks and caches as the bench has them (ncu --clock-control none
 # --cache-control none; v35 run J's ncu locked the clocks at base and flushed the caches, where a
 # 64-thread step kernel that does nothing at world size 1 took 3.2-3.5 us), at 1 and 128 tokens,
 # fp8 dispatch and bf16 combine. ncu serializes the kernels (no programmatic launch overlap), so
 # the sum runs above the 18.3 / 27.5 us rounds of v46 run F; v46 run X2's five empty kernels
 # took 2.6-2.9 us a round. Which kernel holds the 15 us of work a round is what this answers.
-#   bash docs/results/v46-one-h200/next-runN.sh      (logs to $OUT)
+#   bash docs/results/v47-one-h200/runN.sh      (logs to $OUT)
 set -u
 T0=$(date +%s)
 t() { echo "[$(($(date +%s) - T0)) s] $*"; }
