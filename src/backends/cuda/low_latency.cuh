@@ -30,7 +30,8 @@
 //               [0, W*Tmax*slices) are (source, token, slice) candidates, sends for those that
 //               came here: p = bf16(sum over the token's local slots k ascending of
 //               w_k * y[e_k][row]), product then add in fp32, the slots' rows and weights read
-//               once and a group of slots' loads in flight together, encoded and stored at (this
+//               once and each half of 4 slots' loads issued before the half before it is
+//               summed (SlotSumPipe), encoded and stored at (this
 //               rank, token) of the source with a ready flag per slice; items after that are
 //               this rank's own (token, slice) pairs, reduced exactly as in normal mode. Sends
 //               are ticketed before any reduce, so the kernel finishes with any resident subset

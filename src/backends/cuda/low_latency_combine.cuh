@@ -72,7 +72,7 @@ __device__ __forceinline__ uint4 weighted_slot_sum(const LocalSlots& s, const ui
 // register holds them while they are in flight. valid false: the 16 bytes are zeros and nothing
 // is read (src must still be a global address). The line is left first to evict from L2, as
 // load_stream's ld.global.cs leaves it: y read with L2's normal policy stayed there and cost the
-// next decode dispatch at 256 tokens 0.5-1.9 us in the bench's loop (v47 runs Y and E).
+// next decode dispatch at 256 tokens 0.5-2.0 us in the bench's loop (v47 runs Y and E).
 // cp_async_wait_all: this thread's copies are done and visible to it.
 __device__ __forceinline__ void cp_async_16_evict_first(uint4* dst, const void* src, bool valid) {
   asm volatile(
@@ -215,9 +215,10 @@ __device__ __forceinline__ void ll_reduce_own_only(SlotSumPipe pipe, uint16_t* o
   }
 }
 
-// This rank's own part of a token in decode mode's combine: the weighted sum of its local slots'
-// rows of y (weighted_slot_sum), one warp step at a time, since its slot loads already keep a
-// group of loads in flight and more steps' registers would spill.
+// This rank's own part of a token in decode mode's combine, for a token with other ranks' parts
+// too (the general reduce): the weighted sum of its local slots' rows of y (weighted_slot_sum),
+// one warp step at a time, since its slot loads already keep a group of loads in flight and more
+// steps' registers would spill. A token whose only part is this rank's own takes SlotSumPipe.
 struct OwnSlotSum {
   static constexpr bool kInPlace = true;
   static constexpr int kUnroll = 1;
