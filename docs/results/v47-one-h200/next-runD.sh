@@ -11,7 +11,7 @@
 #      mask instead of after it (one round trip fewer before the first loads of y). Predicted:
 #      0.2-0.5 us off every combine, at every token count.
 # 1. Decode bench, main / D / M alternating, 3 rounds. 2. The decode tests on D and M (every
-# dtype pair at W = 2/4/8, top-k 6, 32 and above 32, hooks, graph replays).
+# dtype pair at W = 2/4/8 and across nodes, top-k 6, 32 and above 32, hooks, graph replays).
 #   bash docs/results/v47-one-h200/next-runD.sh      (logs to $OUT)
 set -u
 T0=$(date +%s)
@@ -20,7 +20,7 @@ export NCCL_NVLS_ENABLE=0 CUDA_MODULE_LOADING=EAGER
 CFG="-G Ninja -DCMAKE_BUILD_TYPE=Release -DMOE_EP_ENABLE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DPython3_EXECUTABLE=$(command -v python3)"
 SRC="CMakeLists.txt CMakePresets.json cmake include src tools python pyproject.toml tests examples"
 R=docs/results/v47-one-h200
-TESTS="test_gpu_low_latency test_gpu_low_latency_shapes"
+TESTS="test_gpu_low_latency test_gpu_low_latency_shapes test_gpu_low_latency_nodes"
 rm -rf tmp-gpu && mkdir -p tmp-gpu
 for v in D M; do mkdir -p tmp-gpu/$v && tar -c $SRC | tar -x -C tmp-gpu/$v; done
 (cd tmp-gpu/D && patch -p1 -s < ../../$R/next-deep-pipe.patch) || exit 1
