@@ -12,7 +12,27 @@ namespace moe_ep::cuda_backend {
 struct LocalSlots {
   int32_t row[2];
   float weight[2];
+  // Slot k's row (-1 at or past k_slots) and weight, from the lane that holds it; every lane of
+  // the warp calls them together, k warp-uniform.
+  __device__ __forceinline__ int32_t row_of(int k, int k_slots) const {
+    const int32_t r = __shfl_sync(0xffffffffu, k >= 32 ? row[1] : row[0], k & 31);
+    return k < k_slots ? r : -1;
+  }
+  __device__ __forceinline__ float weight_of(int k) const {
+    return __shfl_sync(0xffffffffu, k >= 32 ? weight[1] : weight[0], k & 31);
+  }
 };
+
+// acc += w * v lane by lane, a rounded product then a rounded addition in fp32 (no fused
+// multiply-add), for the lane's 8 bf16 of v.
+__device__ __forceinline__ void add_weighted_lane(float (&acc)[kElemsPerLane], float w,
+                                                  const uint4& v) {
+#pragma unroll
+  for (int j = 0; j < kElemsPerLane; ++j) {
+    const float term = w * formats::bf16_to_float(formats::lane_elem(v, j));
+    acc[j] = acc[j] + term;
+  }
+}
 
 // 8: a token's top-8 slots' loads of y all in flight at once, one warp step at a time (a group of
 // 4 with two warp steps unrolled kept as many in flight with more registers). v24: ll_combine at
@@ -45,10 +65,8 @@ __device__ __forceinline__ uint4 weighted_slot_sum(const LocalSlots& s, const ui
 #pragma unroll
     for (int i = 0; i < kLlSlotGroup; ++i) {  // the group's loads first, all in flight
       const int k = k0 + i;
-      const bool high = k >= 32;  // warp-uniform
-      int32_t row = __shfl_sync(0xffffffffu, high ? s.row[1] : s.row[0], k & 31);
-      w[i] = __shfl_sync(0xffffffffu, high ? s.weight[1] : s.weight[0], k & 31);
-      if (k >= k_slots) row = -1;
+      const int32_t row = s.row_of(k, k_slots);
+      w[i] = s.weight_of(k);
       // A slot without a row adds (-0) * (+0) = -0, which leaves every sum as it is (x + -0 = x
       // for every x, +0 included; a NaN stays a NaN, written as the one bf16 NaN): the same
       // bits as skipping it, without keeping its row for a branch.
@@ -57,13 +75,7 @@ __device__ __forceinline__ uint4 weighted_slot_sum(const LocalSlots& s, const ui
                       : make_uint4(0, 0, 0, 0);
     }
 #pragma unroll
-    for (int i = 0; i < kLlSlotGroup; ++i) {  // then the sum, in ascending slot order
-#pragma unroll
-      for (int j = 0; j < kElemsPerLane; ++j) {
-        const float term = w[i] * formats::bf16_to_float(formats::lane_elem(v[i], j));
-        acc[j] = acc[j] + term;
-      }
-    }
+    for (int i = 0; i < kLlSlotGroup; ++i) add_weighted_lane(acc, w[i], v[i]);  // ascending
   }
   return lane_pack_bf16(acc);
 }
@@ -92,7 +104,7 @@ __device__ __forceinline__ void cp_async_wait_all() {
 
 // Slots are loaded and summed in halves of 4 (8 a group, as weighted_slot_sum).
 inline constexpr int kLlPipeHalf = kLlSlotGroup / 2;
-// The widest top-k (LocalSlots: two slots a lane).
+// The widest top-k the op accepts (op.cc's kMaxTopk; LocalSlots: two slots a lane).
 inline constexpr int kLlMaxSlots = 64;
 
 // The lane's shared-memory slots for SlotSumPipe's half in flight: slot i at [i * 32] (16 warps x
@@ -121,10 +133,7 @@ struct SlotSumPipe {
   int lane_elem;  // the lane's first element in a warp step (lane * kElemsPerLane)
   uint4* ahead;   // ll_pipe_slots()
 
-  __device__ __forceinline__ int32_t row_of(int k) const {
-    const int32_t row = __shfl_sync(0xffffffffu, k >= 32 ? slots.row[1] : slots.row[0], k & 31);
-    return k < k_slots ? row : -1;
-  }
+  __device__ __forceinline__ int32_t row_of(int k) const { return slots.row_of(k, k_slots); }
   // Slots [k0, k0 + 4) at elem into `ahead` (zeros without a row or past the row).
   __device__ __forceinline__ void copy_half(int k0, int64_t elem) const {
 #pragma unroll
@@ -141,13 +150,8 @@ struct SlotSumPipe {
 #pragma unroll
     for (int i = 0; i < kLlPipeHalf; ++i) {
       const int k = k0 + i;
-      float w = __shfl_sync(0xffffffffu, k >= 32 ? slots.weight[1] : slots.weight[0], k & 31);
-      if (row_of(k) < 0) w = -0.0f;  // as weighted_slot_sum
-#pragma unroll
-      for (int j = 0; j < kElemsPerLane; ++j) {
-        const float term = w * formats::bf16_to_float(formats::lane_elem(v[i], j));
-        acc[j] = acc[j] + term;
-      }
+      const float w = slots.weight_of(k);
+      add_weighted_lane(acc, row_of(k) < 0 ? -0.0f : w, v[i]);  // as weighted_slot_sum
     }
   }
   // The range's first copy (after any copy of an earlier pipe of this lane, all of which ran to
