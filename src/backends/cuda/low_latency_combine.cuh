@@ -248,18 +248,20 @@ __device__ __forceinline__ bool ll_reduce_with_own_part(const LowLatencyParams& 
                                                         int lane) {
   const RankInfo& info = p.info;
   const uint64_t mask = p.token_mask[t];
-  OwnSlotSum own{LocalSlots{}, p.y, a.hidden, info.topk};
-  if (((mask >> info.rank) & 1) != 0) {
-    const auto* meta =
-        reinterpret_cast<const float*>(a.self + p.layout.ll_meta_offset(info.rank, t));
-    own.slots = load_local_slots(
-        p.slot_rows + (static_cast<int64_t>(info.rank) * info.max_tokens + t) * info.topk,
-        meta + info.topk, info.topk, lane);
-    if (mask == uint64_t{1} << info.rank) {
-      ll_reduce_own_only<F>(slot_sum_pipe(own.slots, p.y, a.hidden, info.topk, begin, end, lane),
-                            a.out + t * a.hidden, begin, end, lane);
-      return true;
-    }
+  // The token's local slots are loaded beside its mask, not after it: one round trip fewer
+  // before the first loads of y (0.1-0.4 us a combine, perf-notes v48). The words exist whether
+  // or not the token came to this rank (the slot rows and meta that only this rank's dispatch
+  // writes, for its own token t); their values are used only when the mask says it came.
+  const auto* meta = reinterpret_cast<const float*>(a.self + p.layout.ll_meta_offset(info.rank, t));
+  OwnSlotSum own{
+      load_local_slots(
+          p.slot_rows + (static_cast<int64_t>(info.rank) * info.max_tokens + t) * info.topk,
+          meta + info.topk, info.topk, lane),
+      p.y, a.hidden, info.topk};
+  if (mask == uint64_t{1} << info.rank) {
+    ll_reduce_own_only<F>(slot_sum_pipe(own.slots, p.y, a.hidden, info.topk, begin, end, lane),
+                          a.out + t * a.hidden, begin, end, lane);
+    return true;
   }
   const auto flag_offset = [&](int r) { return p.layout.ll_ready_offset(r, t, slice); };
   return reduce_combine_range<F>(a, t, mask, begin, end, flag_offset, lane, own);
