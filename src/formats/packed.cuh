@@ -231,6 +231,20 @@ __device__ __forceinline__ uint4 lane_pack_bf16(const float (&acc)[kElemsPerLane
                     pack_bf16x2(acc[4], acc[5]), pack_bf16x2(acc[6], acc[7]));
 }
 
+// bf16(0 + x) for each of a lane's 8 bf16 values x whose NaNs are kBf16NaN (as lane_pack_bf16
+// writes them): x itself, but -0, which becomes +0. What lane_round_trip_add<Bf16Wire> into zeros
+// and lane_pack_bf16 give (the wire keeps bf16 as it is), with three integer operations a pair
+// instead of the decode, the additions and the NaN tests. Bit 15 of a half of `nonzero` is set
+// where its magnitude is not zero (magnitude + 0x7fff reaches 0x8000; no sum leaves its half).
+__device__ __forceinline__ uint32_t bf16x2_plus_zero(uint32_t u) {
+  const uint32_t nonzero = ((u & 0x7fff7fffu) + 0x7fff7fffu) & 0x80008000u;
+  return u & (nonzero | 0x7fff7fffu);
+}
+__device__ __forceinline__ uint4 lane_bf16_plus_zero(const uint4& v) {
+  return make_uint4(bf16x2_plus_zero(v.x), bf16x2_plus_zero(v.y), bf16x2_plus_zero(v.z),
+                    bf16x2_plus_zero(v.w));
+}
+
 __device__ __forceinline__ uint4 lane_pack_bf16_no_nan(const float (&acc)[kElemsPerLane]) {
   return make_uint4(pack_bf16x2_no_nan(acc[0], acc[1]), pack_bf16x2_no_nan(acc[2], acc[3]),
                     pack_bf16x2_no_nan(acc[4], acc[5]), pack_bf16x2_no_nan(acc[6], acc[7]));

@@ -114,6 +114,21 @@ __device__ __forceinline__ uint4* ll_pipe_slots() {
   return &buf[threadIdx.x / 32][0][threadIdx.x & 31];
 }
 
+// A warp's slots for SlotSumPipe, written once a range from its LocalSlots: slot k's row of y
+// (nullptr where the slot names no expert of this rank, and from k_slots on) and its weight (-0
+// there, as weighted_slot_sum adds). Every lane reads an entry at one address (a broadcast), so
+// a warp step's load costs a shared load for its row instead of a shuffle, a test and a 64-bit
+// product, and its sum a shared load for the weight instead of a shuffle, a test and a select
+// (768 B a warp, 12 KiB a block).
+struct LlSlotTable {
+  const uint16_t* row[kLlMaxSlots];
+  float weight[kLlMaxSlots];
+};
+__device__ __forceinline__ LlSlotTable* ll_slot_table() {
+  __shared__ LlSlotTable tables[Policy::kDataThreads / 32];
+  return &tables[threadIdx.x / 32];
+}
+
 // The sums of weighted_slot_sum, the same bits, for the warp steps of a range [begin, stop), one
 // call a step in order (as send_combine_range and ll_reduce_own_only call it), with the loads of y
 // ahead of the sums: each group's slots 4-7 are loaded into registers and then its slots 0-3,
@@ -123,36 +138,31 @@ __device__ __forceinline__ uint4* ll_pipe_slots() {
 // step is encoded and stored. weighted_slot_sum loads all 8 slots and then sums them: no load of
 // y is in flight while a warp sums (v47 run P: at 128 tokens 23% of ll_combine's warp samples wait
 // for y at the first use of a step's loads). The half in flight between calls lives in shared
-// memory: carried in 16 registers it spilled 100-500 bytes in every ll_combine instantiation.
+// memory: carried in 16 registers it spilled 100-500 bytes in every ll_combine instantiation. The
+// slots' rows and weights come from the warp's LlSlotTable.
 struct SlotSumPipe {
-  LocalSlots slots;
-  const uint16_t* y;
+  const LlSlotTable* table;
+  const uint16_t* y;  // any valid global address: the source of a copy that reads nothing
   int hidden;
   int k_slots;
   int64_t stop;   // the range's end: nothing is loaded for a step at or past it
   int lane_elem;  // the lane's first element in a warp step (lane * kElemsPerLane)
   uint4* ahead;   // ll_pipe_slots()
 
-  __device__ __forceinline__ int32_t row_of(int k) const { return slots.row_of(k, k_slots); }
   // Slots [k0, k0 + 4) at elem into `ahead` (zeros without a row or past the row).
   __device__ __forceinline__ void copy_half(int k0, int64_t elem) const {
 #pragma unroll
     for (int i = 0; i < kLlPipeHalf; ++i) {
-      const int32_t row = row_of(k0 + i);
-      const bool valid = row >= 0 && elem < hidden;
-      cp_async_16_evict_first(ahead + i * 32,
-                              valid ? y + static_cast<int64_t>(row) * hidden + elem : y, valid);
+      const uint16_t* row = table->row[k0 + i];
+      const bool valid = row != nullptr && elem < hidden;
+      cp_async_16_evict_first(ahead + i * 32, valid ? row + elem : y, valid);
     }
     cp_async_commit();
   }
   __device__ __forceinline__ void add_half(const uint4 (&v)[kLlPipeHalf], int k0,
                                            float (&acc)[kElemsPerLane]) const {
 #pragma unroll
-    for (int i = 0; i < kLlPipeHalf; ++i) {
-      const int k = k0 + i;
-      const float w = slots.weight_of(k);
-      add_weighted_lane(acc, row_of(k) < 0 ? -0.0f : w, v[i]);  // as weighted_slot_sum
-    }
+    for (int i = 0; i < kLlPipeHalf; ++i) add_weighted_lane(acc, table->weight[k0 + i], v[i]);
   }
   // The range's first copy (after any copy of an earlier pipe of this lane, all of which ran to
   // their range's end, where none is left in flight).
@@ -173,9 +183,8 @@ struct SlotSumPipe {
       uint4 second[kLlPipeHalf];
 #pragma unroll
       for (int i = 0; i < kLlPipeHalf; ++i) {
-        const int32_t row = row_of(k0 + kLlPipeHalf + i);
-        second[i] = row >= 0 ? load_lane(y + static_cast<int64_t>(row) * hidden, elem, hidden)
-                             : make_uint4(0, 0, 0, 0);
+        const uint16_t* row = table->row[k0 + kLlPipeHalf + i];
+        second[i] = row != nullptr ? load_lane(row, elem, hidden) : make_uint4(0, 0, 0, 0);
       }
       uint4 first[kLlPipeHalf];
       cp_async_wait_all();
@@ -194,11 +203,23 @@ struct SlotSumPipe {
   }
 };
 
-// The pipe over [begin, stop) for a token's slots, its first copy issued.
+// The pipe over [begin, stop) for a token's slots: the warp's slot table written from them (after
+// the warp's reads of it for its last range), its first copy issued. Every lane of the warp
+// calls it together.
 __device__ __forceinline__ SlotSumPipe slot_sum_pipe(const LocalSlots& slots, const uint16_t* y,
                                                      int hidden, int k_slots, int64_t begin,
                                                      int64_t stop, int lane) {
-  SlotSumPipe pipe{slots, y, hidden, k_slots, stop, lane * kElemsPerLane, ll_pipe_slots()};
+  LlSlotTable* table = ll_slot_table();
+  __syncwarp();
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int k = h * 32 + lane;
+    const bool has_row = k < k_slots && slots.row[h] >= 0;
+    table->row[k] = has_row ? y + static_cast<int64_t>(slots.row[h]) * hidden : nullptr;
+    table->weight[k] = has_row ? slots.weight[h] : -0.0f;
+  }
+  __syncwarp();
+  SlotSumPipe pipe{table, y, hidden, k_slots, stop, lane * kElemsPerLane, ll_pipe_slots()};
   pipe.start(begin + lane * kElemsPerLane);
   return pipe;
 }
@@ -211,11 +232,17 @@ __device__ __forceinline__ void ll_reduce_own_only(SlotSumPipe pipe, uint16_t* o
                                                    int64_t begin, int64_t end, int lane) {
   for (int64_t base = begin; base < end; base += kElemsPerWarpStep) {
     const int64_t elem = base + lane * kElemsPerLane;
-    float acc[kElemsPerLane];
+    if constexpr (std::is_same_v<F, formats::Bf16Wire>) {
+      // The wire keeps bf16 as it is: the round trip is the packed sum plus zero.
+      const uint4 v = formats::lane_bf16_plus_zero(pipe(elem));
+      if (elem < end) *reinterpret_cast<uint4*>(out_row + elem) = v;
+    } else {
+      float acc[kElemsPerLane];
 #pragma unroll
-    for (int j = 0; j < kElemsPerLane; ++j) acc[j] = 0.0f;
-    formats::lane_round_trip_add<F>(pipe(elem), elem < end, acc);  // every lane, as in the send
-    if (elem < end) *reinterpret_cast<uint4*>(out_row + elem) = lane_pack_bf16(acc);
+      for (int j = 0; j < kElemsPerLane; ++j) acc[j] = 0.0f;
+      formats::lane_round_trip_add<F>(pipe(elem), elem < end, acc);  // every lane, as the send
+      if (elem < end) *reinterpret_cast<uint4*>(out_row + elem) = lane_pack_bf16(acc);
+    }
   }
 }
 
