@@ -6,21 +6,12 @@
 
 namespace moe_ep::cuda_backend {
 
-// A token's local slots for one send of decode mode's combine: lane l holds slot l's and slot
-// 32 + l's slab row (-1 when the slot names no expert of this rank) and weight, read once per
-// send, so the loads of y for a group of kLlSlotGroup slots go out together.
+// A token's local slots: lane l holds slot l's and slot 32 + l's slab row (-1 when the slot names
+// no expert of this rank) and weight, read once per work item and written into the warp's
+// LlSlotTable (below) for its sums.
 struct LocalSlots {
   int32_t row[2];
   float weight[2];
-  // Slot k's row (-1 at or past k_slots) and weight, from the lane that holds it; every lane of
-  // the warp calls them together, k warp-uniform.
-  __device__ __forceinline__ int32_t row_of(int k, int k_slots) const {
-    const int32_t r = __shfl_sync(0xffffffffu, k >= 32 ? row[1] : row[0], k & 31);
-    return k < k_slots ? r : -1;
-  }
-  __device__ __forceinline__ float weight_of(int k) const {
-    return __shfl_sync(0xffffffffu, k >= 32 ? weight[1] : weight[0], k & 31);
-  }
 };
 
 // acc += w * v lane by lane, a rounded product then a rounded addition in fp32 (no fused
@@ -50,34 +41,6 @@ __device__ __forceinline__ LocalSlots load_local_slots(const int32_t* rows, cons
     s.weight[h] = k < k_slots ? __ldcg(weights + k) : 0.0f;
   }
   return s;
-}
-
-// The 8 values at `elem` of p = bf16(sum over local slots k ascending of w_k * y[row_k]), product
-// then add in fp32 (zeros past the row). Every lane of the warp calls it together.
-__device__ __forceinline__ uint4 weighted_slot_sum(const LocalSlots& s, const uint16_t* y,
-                                                   int64_t elem, int hidden, int k_slots) {
-  float acc[kElemsPerLane];
-#pragma unroll
-  for (int j = 0; j < kElemsPerLane; ++j) acc[j] = 0.0f;
-  for (int k0 = 0; k0 < k_slots; k0 += kLlSlotGroup) {
-    float w[kLlSlotGroup];
-    uint4 v[kLlSlotGroup];
-#pragma unroll
-    for (int i = 0; i < kLlSlotGroup; ++i) {  // the group's loads first, all in flight
-      const int k = k0 + i;
-      const int32_t row = s.row_of(k, k_slots);
-      w[i] = s.weight_of(k);
-      // A slot without a row adds (-0) * (+0) = -0, which leaves every sum as it is (x + -0 = x
-      // for every x, +0 included; a NaN stays a NaN, written as the one bf16 NaN): the same
-      // bits as skipping it, without keeping its row for a branch.
-      if (row < 0) w[i] = -0.0f;
-      v[i] = row >= 0 ? load_lane(y + static_cast<int64_t>(row) * hidden, elem, hidden)
-                      : make_uint4(0, 0, 0, 0);
-    }
-#pragma unroll
-    for (int i = 0; i < kLlSlotGroup; ++i) add_weighted_lane(acc, w[i], v[i]);  // ascending
-  }
-  return lane_pack_bf16(acc);
 }
 
 // 16 bytes from global memory into shared memory by an asynchronous copy (cp.async, sm_80+): no
@@ -127,6 +90,50 @@ struct LlSlotTable {
 __device__ __forceinline__ LlSlotTable* ll_slot_table() {
   __shared__ LlSlotTable tables[Policy::kDataThreads / 32];
   return &tables[threadIdx.x / 32];
+}
+
+// Writes the warp's slot table from its lanes' local slots (after the warp's reads of it for its
+// last work item) and returns it. Every lane of the warp calls it together.
+__device__ __forceinline__ const LlSlotTable* fill_slot_table(const LocalSlots& slots,
+                                                              const uint16_t* y, int hidden,
+                                                              int k_slots, int lane) {
+  LlSlotTable* table = ll_slot_table();
+  __syncwarp();
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int k = h * 32 + lane;
+    const bool has_row = k < k_slots && slots.row[h] >= 0;
+    table->row[k] = has_row ? y + static_cast<int64_t>(slots.row[h]) * hidden : nullptr;
+    table->weight[k] = has_row ? slots.weight[h] : -0.0f;
+  }
+  __syncwarp();
+  return table;
+}
+
+// The 8 values at `elem` of p = bf16(sum over local slots k ascending of w_k * y[row_k]), product
+// then add in fp32 (zeros past the row), the slots from the warp's table. Every lane of the warp
+// calls it together.
+__device__ __forceinline__ uint4 weighted_slot_sum(const LlSlotTable& table, int64_t elem,
+                                                   int hidden, int k_slots) {
+  float acc[kElemsPerLane];
+#pragma unroll
+  for (int j = 0; j < kElemsPerLane; ++j) acc[j] = 0.0f;
+  for (int k0 = 0; k0 < k_slots; k0 += kLlSlotGroup) {
+    uint4 v[kLlSlotGroup];
+#pragma unroll
+    for (int i = 0; i < kLlSlotGroup; ++i) {  // the group's loads first, all in flight
+      // A slot without a row adds (-0) * (+0) = -0 (its table weight), which leaves every sum as
+      // it is (x + -0 = x for every x, +0 included; a NaN stays a NaN, written as the one bf16
+      // NaN): the same bits as skipping it, without a branch.
+      const uint16_t* row = table.row[k0 + i];
+      v[i] = row != nullptr ? load_lane(row, elem, hidden) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int i = 0; i < kLlSlotGroup; ++i) {  // ascending
+      add_weighted_lane(acc, table.weight[k0 + i], v[i]);
+    }
+  }
+  return lane_pack_bf16(acc);
 }
 
 // The sums of weighted_slot_sum, the same bits, for the warp steps of a range [begin, stop), one
@@ -209,17 +216,13 @@ struct SlotSumPipe {
 __device__ __forceinline__ SlotSumPipe slot_sum_pipe(const LocalSlots& slots, const uint16_t* y,
                                                      int hidden, int k_slots, int64_t begin,
                                                      int64_t stop, int lane) {
-  LlSlotTable* table = ll_slot_table();
-  __syncwarp();
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int k = h * 32 + lane;
-    const bool has_row = k < k_slots && slots.row[h] >= 0;
-    table->row[k] = has_row ? y + static_cast<int64_t>(slots.row[h]) * hidden : nullptr;
-    table->weight[k] = has_row ? slots.weight[h] : -0.0f;
-  }
-  __syncwarp();
-  SlotSumPipe pipe{table, y, hidden, k_slots, stop, lane * kElemsPerLane, ll_pipe_slots()};
+  SlotSumPipe pipe{fill_slot_table(slots, y, hidden, k_slots, lane),
+                   y,
+                   hidden,
+                   k_slots,
+                   stop,
+                   lane * kElemsPerLane,
+                   ll_pipe_slots()};
   pipe.start(begin + lane * kElemsPerLane);
   return pipe;
 }
@@ -247,18 +250,18 @@ __device__ __forceinline__ void ll_reduce_own_only(SlotSumPipe pipe, uint16_t* o
 }
 
 // This rank's own part of a token in decode mode's combine, for a token with other ranks' parts
-// too (the general reduce): the weighted sum of its local slots' rows of y (weighted_slot_sum),
-// one warp step at a time, since its slot loads already keep a group of loads in flight and more
-// steps' registers would spill. A token whose only part is this rank's own takes SlotSumPipe.
+// too (the general reduce): the weighted sum of its local slots' rows of y (weighted_slot_sum,
+// from the warp's slot table), one warp step at a time, since its slot loads already keep a
+// group of loads in flight and more steps' registers would spill. A token whose only part is
+// this rank's own takes SlotSumPipe.
 struct OwnSlotSum {
   static constexpr bool kInPlace = true;
   static constexpr int kUnroll = 1;
-  LocalSlots slots;
-  const uint16_t* y;
+  const LlSlotTable* table;
   int hidden;
   int k_slots;
   __device__ uint4 operator()(int64_t elem) const {
-    return weighted_slot_sum(slots, y, elem, hidden, k_slots);
+    return weighted_slot_sum(*table, elem, hidden, k_slots);
   }
 };
 
@@ -280,16 +283,18 @@ __device__ __forceinline__ bool ll_reduce_with_own_part(const LowLatencyParams& 
   // or not the token came to this rank (the slot rows and meta that only this rank's dispatch
   // writes, for its own token t); their values are used only when the mask says it came.
   const auto* meta = reinterpret_cast<const float*>(a.self + p.layout.ll_meta_offset(info.rank, t));
-  OwnSlotSum own{
-      load_local_slots(
-          p.slot_rows + (static_cast<int64_t>(info.rank) * info.max_tokens + t) * info.topk,
-          meta + info.topk, info.topk, lane),
-      p.y, a.hidden, info.topk};
+  const LocalSlots slots = load_local_slots(
+      p.slot_rows + (static_cast<int64_t>(info.rank) * info.max_tokens + t) * info.topk,
+      meta + info.topk, info.topk, lane);
   if (mask == uint64_t{1} << info.rank) {
-    ll_reduce_own_only<F>(slot_sum_pipe(own.slots, p.y, a.hidden, info.topk, begin, end, lane),
+    ll_reduce_own_only<F>(slot_sum_pipe(slots, p.y, a.hidden, info.topk, begin, end, lane),
                           a.out + t * a.hidden, begin, end, lane);
     return true;
   }
+  // reduce_combine_range reads the own part only for the mask's bit of this rank (warp-uniform).
+  const bool own_part = ((mask >> info.rank) & 1) != 0;
+  const OwnSlotSum own{own_part ? fill_slot_table(slots, p.y, a.hidden, info.topk, lane) : nullptr,
+                       a.hidden, info.topk};
   const auto flag_offset = [&](int r) { return p.layout.ll_ready_offset(r, t, slice); };
   return reduce_combine_range<F>(a, t, mask, begin, end, flag_offset, lane, own);
 }
