@@ -77,12 +77,12 @@ __device__ __forceinline__ uint4* ll_pipe_slots() {
   return &buf[threadIdx.x / 32][0][threadIdx.x & 31];
 }
 
-// A warp's slots for SlotSumPipe, written once a range from its LocalSlots: slot k's row of y
-// (nullptr where the slot names no expert of this rank, and from k_slots on) and its weight (-0
-// there, as weighted_slot_sum adds). Every lane reads an entry at one address (a broadcast), so
-// a warp step's load costs a shared load for its row instead of a shuffle, a test and a 64-bit
-// product, and its sum a shared load for the weight instead of a shuffle, a test and a select
-// (768 B a warp, 12 KiB a block).
+// A warp's slots for its sums (weighted_slot_sum, SlotSumPipe), written once a work item from its
+// LocalSlots: slot k's row of y (nullptr where the slot names no expert of this rank, and from
+// k_slots on) and its weight (-0 there, which adds nothing to a sum). Every lane reads an entry at
+// one address (a broadcast), so a warp step's load costs a shared load for its row instead of a
+// shuffle, a test and a 64-bit product, and its sum a shared load for the weight instead of a
+// shuffle, a test and a select (768 B a warp, 12 KiB a block; v48 in perf-notes).
 struct LlSlotTable {
   const uint16_t* row[kLlMaxSlots];
   float weight[kLlMaxSlots];
