@@ -1,7 +1,7 @@
 #!/bin/bash
 # run B (v48): the general reduce's own part from the warp's slot table too (own-table.patch, the
 # working tree), against run A's form (the tree without the patch). ptxas: every in-place
-# ll_combine instantiation without spills (24-96 bytes of spill stores in run A's form; the
+# ll_combine instantiation without spills (72-96 bytes of spill stores in run A's form; the
 # LocalSlots no longer carried through reduce_combine_range). Predicted at world size 1 (every
 # token own-only): level or slightly faster. The general reduce runs only at W > 1, here in the
 # decode tests (W = 2/4/8 on one GPU; no times). Also: ll_combine<bf16>'s executed SASS by line
