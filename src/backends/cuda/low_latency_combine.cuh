@@ -86,6 +86,10 @@ __device__ __forceinline__ uint4* ll_pipe_slots() {
 struct LlSlotTable {
   const uint16_t* row[kLlMaxSlots];
   float weight[kLlMaxSlots];
+  // Slot k's 8 values at elem (zeros without a row or past the row).
+  __device__ __forceinline__ uint4 load(int k, int64_t elem, int hidden) const {
+    return row[k] != nullptr ? load_lane(row[k], elem, hidden) : make_uint4(0, 0, 0, 0);
+  }
 };
 __device__ __forceinline__ LlSlotTable* ll_slot_table() {
   __shared__ LlSlotTable tables[Policy::kDataThreads / 32];
@@ -125,8 +129,7 @@ __device__ __forceinline__ uint4 weighted_slot_sum(const LlSlotTable& table, int
       // A slot without a row adds (-0) * (+0) = -0 (its table weight), which leaves every sum as
       // it is (x + -0 = x for every x, +0 included; a NaN stays a NaN, written as the one bf16
       // NaN): the same bits as skipping it, without a branch.
-      const uint16_t* row = table.row[k0 + i];
-      v[i] = row != nullptr ? load_lane(row, elem, hidden) : make_uint4(0, 0, 0, 0);
+      v[i] = table.load(k0 + i, elem, hidden);
     }
 #pragma unroll
     for (int i = 0; i < kLlSlotGroup; ++i) {  // ascending
@@ -189,10 +192,8 @@ struct SlotSumPipe {
       if (k0 >= k_slots) break;  // warp-uniform
       uint4 second[kLlPipeHalf];
 #pragma unroll
-      for (int i = 0; i < kLlPipeHalf; ++i) {
-        const uint16_t* row = table->row[k0 + kLlPipeHalf + i];
-        second[i] = row != nullptr ? load_lane(row, elem, hidden) : make_uint4(0, 0, 0, 0);
-      }
+      for (int i = 0; i < kLlPipeHalf; ++i)
+        second[i] = table->load(k0 + kLlPipeHalf + i, elem, hidden);
       uint4 first[kLlPipeHalf];
       cp_async_wait_all();
 #pragma unroll
@@ -235,17 +236,12 @@ __device__ __forceinline__ void ll_reduce_own_only(SlotSumPipe pipe, uint16_t* o
                                                    int64_t begin, int64_t end, int lane) {
   for (int64_t base = begin; base < end; base += kElemsPerWarpStep) {
     const int64_t elem = base + lane * kElemsPerLane;
-    if constexpr (std::is_same_v<F, formats::Bf16Wire>) {
-      // The wire keeps bf16 as it is: the round trip is the packed sum plus zero.
-      const uint4 v = formats::lane_bf16_plus_zero(pipe(elem));
-      if (elem < end) *reinterpret_cast<uint4*>(out_row + elem) = v;
-    } else {
-      float acc[kElemsPerLane];
-#pragma unroll
-      for (int j = 0; j < kElemsPerLane; ++j) acc[j] = 0.0f;
-      formats::lane_round_trip_add<F>(pipe(elem), elem < end, acc);  // every lane, as the send
-      if (elem < end) *reinterpret_cast<uint4*>(out_row + elem) = lane_pack_bf16(acc);
-    }
+    const uint4 p = pipe(elem);
+    // bf16: the wire keeps the packed sum as it is, NaNs already kBf16NaN, so the round trip is
+    // the sum plus zero. Every lane, as in the send (the other encodes shuffle).
+    const uint4 v = std::is_same_v<F, formats::Bf16Wire> ? formats::lane_bf16_plus_zero(p)
+                                                         : own_round_trip<F>(p);
+    if (elem < end) *reinterpret_cast<uint4*>(out_row + elem) = v;
   }
 }
 
