@@ -250,4 +250,14 @@ __device__ __forceinline__ uint4 lane_pack_bf16_no_nan(const float (&acc)[kElems
                     pack_bf16x2_no_nan(acc[4], acc[5]), pack_bf16x2_no_nan(acc[6], acc[7]));
 }
 
+// lane_pack_bf16's bits with one test of the lane's 8 values first (an unordered compare each,
+// chained): the NaN fix-ups run only in a lane that has a NaN.
+__device__ __forceinline__ uint4 lane_pack_bf16_tested(const float (&acc)[kElemsPerLane]) {
+  bool nan = false;
+#pragma unroll
+  for (int j = 0; j < kElemsPerLane; ++j) nan |= acc[j] != acc[j];
+  if (__builtin_expect(nan, 0)) return lane_pack_bf16(acc);
+  return lane_pack_bf16_no_nan(acc);
+}
+
 }  // namespace moe_ep::formats

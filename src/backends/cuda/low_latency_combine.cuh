@@ -48,15 +48,19 @@ __device__ __forceinline__ LocalSlots load_local_slots(const int32_t* rows, cons
 // is read (src must still be a global address). The line is left first to evict from L2, as
 // load_stream's ld.global.cs leaves it: y read with L2's normal policy stayed there and cost the
 // next decode dispatch at 256 tokens 0.5-2.0 us in the bench's loop (v47 runs Y and E).
-// cp_async_wait_all: this thread's copies are done and visible to it.
-__device__ __forceinline__ void cp_async_16_evict_first(uint4* dst, const void* src, bool valid) {
-  asm volatile(
-      "{\n\t.reg .b64 policy;\n\t"
-      "createpolicy.fractional.L2::evict_first.b64 policy, 1.0;\n\t"
-      "cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, policy;\n\t}" ::"r"(
-          static_cast<uint32_t>(__cvta_generic_to_shared(dst))),
-      "l"(__cvta_generic_to_global(src)), "r"(valid ? 16 : 0)
-      : "memory");
+// cp_async_wait_all: this thread's copies are done and visible to it. The policy operand is
+// evict_first_policy()'s, made once (not volatile: the compiler may share one among the copies).
+__device__ __forceinline__ uint64_t evict_first_policy() {
+  uint64_t policy;
+  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  return policy;
+}
+__device__ __forceinline__ void cp_async_16_evict_first(uint4* dst, const void* src, bool valid,
+                                                        uint64_t policy) {
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;" ::"r"(
+                   static_cast<uint32_t>(__cvta_generic_to_shared(dst))),
+               "l"(__cvta_generic_to_global(src)), "r"(valid ? 16 : 0), "l"(policy)
+               : "memory");
 }
 __device__ __forceinline__ void cp_async_commit() {
   asm volatile("cp.async.commit_group;" ::: "memory");
@@ -161,11 +165,12 @@ struct SlotSumPipe {
 
   // Slots [k0, k0 + 4) at elem into `ahead` (zeros without a row or past the row).
   __device__ __forceinline__ void copy_half(int k0, int64_t elem) const {
+    const uint64_t policy = evict_first_policy();
 #pragma unroll
     for (int i = 0; i < kLlPipeHalf; ++i) {
       const uint16_t* row = table->row[k0 + i];
       const bool valid = row != nullptr && elem < hidden;
-      cp_async_16_evict_first(ahead + i * 32, valid ? row + elem : y, valid);
+      cp_async_16_evict_first(ahead + i * 32, valid ? row + elem : y, valid, policy);
     }
     cp_async_commit();
   }
@@ -207,7 +212,7 @@ struct SlotSumPipe {
       }
       add_half(second, k0 + kLlPipeHalf, acc);
     }
-    return lane_pack_bf16(acc);
+    return formats::lane_pack_bf16_tested(acc);
   }
 };
 
