@@ -141,13 +141,19 @@ __device__ inline void report_error(const ErrorSink& sink, int32_t code, int32_t
 // Returns true with the word in *word_out, or reports a timeout (expected and the field last
 // seen) and returns false after timeout_ns, or gives up early once another thread has reported
 // an error. With kAcquire false the load is relaxed: for words that carry their own payload.
-template <bool kAcquire, typename Field>
+// `beside()` runs before each load of the flag (a load of another word in flight with it).
+struct NothingBeside {
+  __device__ void operator()() const {}
+};
+template <bool kAcquire, typename Field, typename Beside = NothingBeside>
 __device__ inline bool wait_field(const uint64_t* flag, Field field, uint64_t expected,
                                   uint64_t timeout_ns, const ErrorSink& err, int32_t phase,
-                                  int32_t rank, int32_t peer, uint64_t* word_out) {
+                                  int32_t rank, int32_t peer, uint64_t* word_out,
+                                  Beside beside = {}) {
   const uint64_t start = global_timer_ns();
   uint32_t spins = 0;
   while (true) {
+    beside();
     const uint64_t word = kAcquire ? ld_acquire_sys(flag) : ld_relaxed_sys(flag);
     if (field(word) == expected) {
       *word_out = word;
@@ -235,15 +241,23 @@ __device__ inline void count_block_done(char* const* peers, int world_size, int6
   }
 }
 
-// Waits (bounded, as wait_field) until the done count at `count` is complete.
+// Waits (bounded, as wait_field) until the done count at `count` is complete. With `beside`, each
+// poll first loads that word (relaxed, in flight with the count's acquire load) into
+// *beside_out: on return, the load made beside the complete count. It may be older than the
+// acquire, so only a word that carries its own tag can be taken from it (the caller checks).
 __device__ inline bool wait_done_count(const uint64_t* count, uint64_t timeout_ns,
                                        const ErrorSink& err, int32_t phase, int32_t rank,
-                                       int32_t peer) {
+                                       int32_t peer, const uint64_t* beside = nullptr,
+                                       uint64_t* beside_out = nullptr) {
   const auto complete = [](uint64_t w) -> uint64_t {
     return BufferLayout::done_count_complete(w) ? 1 : 0;
   };
   uint64_t word = 0;
-  return wait_field<true>(count, complete, 1, timeout_ns, err, phase, rank, peer, &word);
+  if (beside == nullptr) {
+    return wait_field<true>(count, complete, 1, timeout_ns, err, phase, rank, peer, &word);
+  }
+  return wait_field<true>(count, complete, 1, timeout_ns, err, phase, rank, peer, &word,
+                          [&] { *beside_out = ld_relaxed_sys(beside); });
 }
 
 }  // namespace moe_ep::cuda_backend

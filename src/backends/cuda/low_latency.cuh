@@ -281,11 +281,13 @@ __device__ __forceinline__ void ll_send_slot_ranks(const LowLatencyParams& p, in
   }
 }
 
-// A metadata item's inputs, all the caller's: lane l holds slots l and 32 + l of token t (ids as
-// given, -1 past top-k) and their weights.
+// A metadata item's inputs: lane l holds slots l and 32 + l of token t (ids as given, -1 past
+// top-k) and their weights, the caller's; and their slot ranks (ll_rank_slots), which the step
+// kernel wrote (ll_load_meta_ranks, after the wait for it).
 struct LlMetaLanes {
   int32_t e[2];
   float w[2];
+  int32_t rank[2];
 };
 __device__ __forceinline__ LlMetaLanes ll_load_meta_lanes(const LowLatencyParams& p, int64_t t,
                                                           int lane) {
@@ -296,27 +298,32 @@ __device__ __forceinline__ LlMetaLanes ll_load_meta_lanes(const LowLatencyParams
     const int k = h * 32 + lane;
     m.e[h] = k < k_slots ? p.topk_idx[t * k_slots + k] : -1;
     m.w[h] = k < k_slots ? p.topk_weights[t * k_slots + k] : 0.0f;
+    m.rank[h] = -1;
   }
   return m;
+}
+__device__ __forceinline__ void ll_load_meta_ranks(const LowLatencyParams& p, int64_t t, int lane,
+                                                   LlMetaLanes& m) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const bool valid = m.e[h] >= 0 && m.e[h] < p.info.num_experts;
+    m.rank[h] = valid ? p.slot_ranks[t * p.info.topk + h * 32 + lane] : -1;
+  }
 }
 
 // One node: token t's metadata item from its lanes (m): its destinations' flags, and for each
 // destination its meta row: the slots' local ids (-1 for another rank's or a masked slot), the
-// weights, and the slot ranks of ll_rank_slots (read here, the item's one load after the wait).
-// Every lane of the warp calls it.
+// weights, and the slot ranks of ll_rank_slots (m.rank). Every lane of the warp calls it.
 __device__ __forceinline__ void ll_send_meta_one_node(const LowLatencyParams& p, int64_t t,
                                                       const LlMetaLanes& m, uint64_t step,
                                                       int lane) {
   const RankInfo& info = p.info;
   const int k_slots = info.topk;
   uint64_t lane_mask = 0;
-  int32_t rank[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int32_t e = m.e[h];
-    const bool valid = e >= 0 && e < info.num_experts;
-    if (valid) lane_mask |= 1ull << (e / info.experts_per_rank);
-    rank[h] = valid ? p.slot_ranks[t * k_slots + h * 32 + lane] : -1;
+    if (e >= 0 && e < info.num_experts) lane_mask |= 1ull << (e / info.experts_per_rank);
   }
   const uint64_t mask = warp_or64(lane_mask);
   if (lane == 0) p.token_mask[t] = mask;
@@ -337,7 +344,7 @@ __device__ __forceinline__ void ll_send_meta_one_node(const LowLatencyParams& p,
       const bool mine = e >= 0 && e < info.num_experts && e / info.experts_per_rank == d;
       meta[k] = mine ? e - d * info.experts_per_rank : -1;
       reinterpret_cast<float*>(meta)[k_slots + k] = m.w[h];
-      if (mine) meta[2 * k_slots + k] = rank[h];
+      if (mine) meta[2 * k_slots + k] = m.rank[h];
     }
   }
 }
@@ -476,12 +483,19 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
     // error flag) adds nothing to the done counts: its rows stay in a stage no expand reads.
     wait_previous_kernel();
     let_next_kernel_launch();
+    // What this block reads of the step kernel's words, loaded together before the block's
+    // barrier (block_sees_error): the call that ran and its step, the warp's first metadata
+    // token's slot ranks, and block 0's first expert count. Used only if the call ran.
+    const uint64_t ran = p.state->dispatch_calls;
+    const uint64_t step = p.state->dispatch_step;
+    if (c.warp < tokens) ll_load_meta_ranks(p, c.warp, c.lane, first_meta);
+    const int32_t first_count =
+        blockIdx.x == 0 && threadIdx.x < info.num_experts ? p.send_counts[threadIdx.x] : 0;
     // For the next send: this block's slot and those of the blocks a larger grid has beyond this
     // one (the grid follows T), stored whether or not the call ran, a slot a thread (a one-token
     // send's single block stores them all). Only this block reads its slot, every thread before
     // its wait above; block_sees_error's barrier keeps the stores after all of those reads (a
     // warp that read the new value would store into the other parity).
-    const uint64_t ran = p.state->dispatch_calls;
     const bool stopped = block_sees_error(p.err);
     for (int64_t b = blockIdx.x + static_cast<int64_t>(threadIdx.x) * gridDim.x; b < p.send_blocks;
          b += static_cast<int64_t>(blockDim.x) * gridDim.x) {
@@ -496,7 +510,6 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
       }
       return;
     }
-    const uint64_t step = p.state->dispatch_step;
     if (blockIdx.x == 0) {
       // This call's per-expert token counts (ll_rank_slots) into every destination's counts
       // row, before the blocks' ends release the done counts.
@@ -504,12 +517,16 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
         const int d = e / info.experts_per_rank;
         *reinterpret_cast<int32_t*>(
             p.peers.base[d] + p.layout.ll_counts_offset(info.rank, e - d * info.experts_per_rank)) =
-            p.send_counts[e];
+            e == static_cast<int>(threadIdx.x) ? first_count : p.send_counts[e];
       }
     }
     for (int64_t t = c.warp; t < tokens; t += c.num_warps) {
-      ll_send_meta_one_node(p, t, t == c.warp ? first_meta : ll_load_meta_lanes(p, t, c.lane), step,
-                            c.lane);
+      LlMetaLanes m = first_meta;
+      if (t != c.warp) {
+        m = ll_load_meta_lanes(p, t, c.lane);
+        ll_load_meta_ranks(p, t, c.lane, m);
+      }
+      ll_send_meta_one_node(p, t, m, step, c.lane);
     }
     // Each block's done word and its add to the done counts (the counts went out first, above).
     ll_add_block_done(p, step, static_cast<int>(ran & 1));  // ran == call

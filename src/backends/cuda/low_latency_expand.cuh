@@ -10,8 +10,11 @@ namespace moe_ep::cuda_backend {
 // Fills tokens[s] (in shared memory) with each source's T. One node: first for the source's done
 // count of the dispatch call (every block of its send added itself, ll_add_block_done; every block
 // of this kernel reads it, the next dispatch's step kernel clears it); its done word, stored by
-// each block before its barrier and release add, is then in place. Several nodes: the done word
-// alone, which the forwarder releases. `parity`: the dispatch call's (one node).
+// each block before its barrier and release add, is then in place. The word is loaded beside
+// each poll of the count: tagged with its step, the load beside the complete count is this
+// call's word when the tag says so, without a round trip after the count's (else it is read
+// again, as across nodes). Several nodes: the done word alone, which the forwarder releases.
+// `parity`: the dispatch call's (one node).
 __device__ __forceinline__ bool ll_wait_sources(const LowLatencyParams& p, uint64_t step,
                                                 int parity, int* tokens) {
   __shared__ int gave_up;
@@ -26,12 +29,13 @@ __device__ __forceinline__ bool ll_wait_sources(const LowLatencyParams& p, uint6
     if (!p.nodes.several()) {
       const auto* count =
           reinterpret_cast<const uint64_t*>(self + p.layout.ll_done_count_offset(parity, s));
-      counted = wait_done_count(count, p.timeout_ns, p.err, kPhaseDispatchWait, p.info.rank, s);
+      counted = wait_done_count(count, p.timeout_ns, p.err, kPhaseDispatchWait, p.info.rank, s,
+                                done, &word);
     }
     // After a complete count the word holds this step already (or the wait names the step it
     // found instead, at the timeout: never rows taken from another call).
-    if (counted && wait_tagged(done, 32, step, p.timeout_ns, p.err, kPhaseDispatchWait, p.info.rank,
-                               s, &word)) {
+    if (counted && ((word >> 32) == step || wait_tagged(done, 32, step, p.timeout_ns, p.err,
+                                                        kPhaseDispatchWait, p.info.rank, s, &word))) {
       tokens[s] = static_cast<int>(word & 0xffffffffu);
     } else {
       gave_up = 1;
