@@ -86,7 +86,7 @@ __device__ __forceinline__ uint4* ll_pipe_slots() {
 // k_slots on) and its weight (-0 there, which adds nothing to a sum). Every lane reads an entry at
 // one address (a broadcast), so a warp step's load costs a shared load for its row instead of a
 // shuffle, a test and a 64-bit product, and its sum a shared load for the weight instead of a
-// shuffle, a test and a select (768 B a warp, 12 KiB a block; v48 in perf-notes).
+// shuffle, a test and a select (768 B a warp, 12 KiB a block; v48 in perf-history).
 struct LlSlotTable {
   const uint16_t* row[kLlMaxSlots];
   float weight[kLlMaxSlots];
@@ -280,7 +280,7 @@ __device__ __forceinline__ bool ll_reduce_with_own_part(const LowLatencyParams& 
   const RankInfo& info = p.info;
   const uint64_t mask = p.token_mask[t];
   // The token's local slots are loaded beside its mask, not after it: one round trip fewer
-  // before the first loads of y (0.1-0.4 us a combine, perf-notes v48). The words exist whether
+  // before the first loads of y (0.1-0.4 us a combine, perf-history v48). The words exist whether
   // or not the token came to this rank (the slot rows and meta that only this rank's dispatch
   // writes, for its own token t); their values are used only when the mask says it came.
   const auto* meta = reinterpret_cast<const float*>(a.self + p.layout.ll_meta_offset(info.rank, t));
@@ -337,15 +337,18 @@ template <typename F, bool kOwnInPlace>
 __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm)
     ll_combine_kernel(LowLatencyParams p) {
   ll_follow_previous_kernel();
-  if (block_sees_error(p.err)) return;
-  const WarpCoord c = warp_coord();
-  const RankInfo& info = p.info;
   // This combine's step (combine_step, as the expand's dispatch_step) tags its slices' flags.
   // Several nodes (low_latency_nodes.cuh): only the send part runs here, before the settle, so
   // the step in flight tags the flags, and nothing is sent unless this rank's node agreed on it
-  // (every block alike; no ticket is taken).
+  // (every block alike; no ticket is taken). The state's words are loaded beside the error flag
+  // (one round trip before the block's barrier, not two).
   const bool nodes = p.nodes.several();
   const uint64_t combine_step = nodes ? p.state->step : p.state->combine_step;
+  // The step of the dispatch whose rows these are: its flags say which tokens came here.
+  const uint64_t dispatch_step = p.state->dispatch_step;
+  if (block_sees_error(p.err)) return;
+  const WarpCoord c = warp_coord();
+  const RankInfo& info = p.info;
   if (nodes && p.state->send_step != combine_step) return;
   const uint64_t tag = kDecodeTag | combine_step;
   if (!ll_receive_has_its_send(p, combine_step, kPhaseCombineWait)) return;
@@ -365,8 +368,6 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
   // In place, the send items skip this rank's own rows: [own_first, + own_sends) of the
   // candidates (v22 took a ticket for each and skipped it, all of them at world size 1).
   const int64_t own_first = static_cast<int64_t>(info.rank) * info.max_tokens * slices;
-  // The step of the dispatch whose rows these are: its flags say which tokens came here.
-  const uint64_t dispatch_step = p.state->dispatch_step;
   const ReduceArgs reduce{self, p.layout, hidden, info.rank, p.out, tag, p.timeout_ns, p.err};
   // In place, this rank's part of its own tokens is summed by their reduces, never sent. A hooked
   // combine's receive part may run after y has changed, so its send part sends to this rank too.

@@ -34,8 +34,9 @@ __device__ __forceinline__ bool ll_wait_sources(const LowLatencyParams& p, uint6
     }
     // After a complete count the word holds this step already (or the wait names the step it
     // found instead, at the timeout: never rows taken from another call).
-    if (counted && ((word >> 32) == step || wait_tagged(done, 32, step, p.timeout_ns, p.err,
-                                                        kPhaseDispatchWait, p.info.rank, s, &word))) {
+    if (counted &&
+        ((word >> 32) == step || wait_tagged(done, 32, step, p.timeout_ns, p.err,
+                                             kPhaseDispatchWait, p.info.rank, s, &word))) {
       tokens[s] = static_cast<int>(word & 0xffffffffu);
     } else {
       gave_up = 1;
@@ -185,15 +186,15 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
   let_next_kernel_launch();
   __shared__ int tokens[Policy::kMaxPeers];
   __shared__ int64_t first_token[Policy::kMaxPeers + 1];
+  // The step of the dispatch being received; with overlap hooks, calls rejected since its send
+  // part have taken later steps. One node: the parity of the dispatch call's number, of its done
+  // counts and of its stage (the sends store there, ll_send_kernel). Several nodes: stage parity
+  // 0 (the forwarders'), no counts. Both loaded beside the error flag (block_sees_error).
+  const uint64_t step = p.state->dispatch_step;
+  const int parity = p.nodes.several() ? 0 : static_cast<int>(p.state->dispatch_calls & 1);
   if (block_sees_error(p.err)) return;
   const RankInfo& info = p.info;
-  // The step of the dispatch being received; with overlap hooks, calls rejected since its send
-  // part have taken later steps.
-  const uint64_t step = p.state->dispatch_step;
   if (!ll_receive_has_its_send(p, step, kPhaseDispatchWait)) return;
-  // One node: the parity of the dispatch call's number, of its done counts and of its stage (the
-  // sends store there, ll_send_kernel). Several nodes: stage parity 0 (the forwarders'), no counts.
-  const int parity = p.nodes.several() ? 0 : static_cast<int>(p.state->dispatch_calls & 1);
   if (!ll_wait_sources(p, step, parity, tokens)) return;
   if (threadIdx.x == 0) {
     int64_t at = 0;
