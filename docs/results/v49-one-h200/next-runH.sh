@@ -1,0 +1,53 @@
+#!/bin/bash
+# Prepared in v49, NOT RUN YET (one H200, about 4 minutes): where a decode round trip's 24 us at
+# 128 tokens go on current main. v45 run P's points (before v46-v49) put the expand's items at
+# 11.1-16.8 us from the step kernel's entry (5.6 us for 7.6 MB of slab rows, whose store floor at
+# 40 SMs is about 1.5 us) and the send's tail from its wait to its adds at 5.9-10.2.
+# 1. Tree T = main + next-trace.patch (each decode kernel's first entry and last exit, points
+#    inside the step kernel, the send, the expand and now the combine; trace_points.py names
+#    them): 1 and 128 tokens, fp8 dispatch, bf16 combine, one round graph a replay, one
+#    configuration a process, 3 rounds. The points are thread 0's atomics: upper bounds.
+# 2. main, -lineinfo: ncu of one steady-state ll_expand and ll_send launch at 128 tokens (warp
+#    stalls per source line, as v47 run P).
+#   bash docs/results/v49-one-h200/next-runH.sh      (logs to $OUT)
+set -u
+T0=$(date +%s)
+t() { echo "[$(($(date +%s) - T0)) s] $*"; }
+export NCCL_NVLS_ENABLE=0 CUDA_MODULE_LOADING=EAGER
+CFG="-G Ninja -DCMAKE_BUILD_TYPE=Release -DMOE_EP_ENABLE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DMOE_EP_BUILD_TESTS=OFF -DPython3_EXECUTABLE=$(command -v python3)"
+SRC="CMakeLists.txt CMakePresets.json cmake include src tools python pyproject.toml tests examples"
+R=docs/results/v49-one-h200
+rm -rf tmp-gpu && mkdir -p tmp-gpu/T && tar -c $SRC | tar -x -C tmp-gpu/T
+(cd tmp-gpu/T && patch -p1 -s < ../../$R/next-trace.patch) || exit 1
+(cd tmp-gpu/T && cmake -S . -B build/gpu $CFG > /dev/null 2>&1 &&
+  cmake --build build/gpu -j8 --target moe-ep > ../build-T.log 2>&1 || echo "build T failed") &
+cmake -S . -B build/gpu $CFG -DCMAKE_CUDA_FLAGS=-lineinfo > /dev/null 2>&1
+cmake --build build/gpu -j8 --target moe-ep > $OUT/build.log 2>&1 || { tail -40 $OUT/build.log; exit 1; }
+wait
+tail -n 2 tmp-gpu/build-T.log >> $OUT/build.log
+t built
+for r in 1 2 3; do for tok in 1 128; do
+  echo "== $tok fp8 round $r"
+  timeout 60 tmp-gpu/T/build/gpu/tools/moe-ep bench --backend cuda --ranks 1 --mode decode \
+    --tokens $tok --dispatch-dtype fp8 --combine-dtype bf16 --decode-graph round --iters 200 --warmup 20
+done; done > $OUT/trace.log 2>&1
+grep -E "wrong|rror" $OUT/trace.log | sort | uniq -c
+python3 $R/trace_points.py $OUT/trace.log
+t trace
+M=build/gpu/tools/moe-ep
+D="bench --backend cuda --ranks 1 --mode decode --tokens 128 --iters 10 --warmup 2 --decode-graph round --dispatch-dtype fp8 --combine-dtype bf16"
+S="--section WarpStateStats --section SourceCounters --section SpeedOfLight --section Occupancy --section LaunchStats --section InstructionStats --section MemoryWorkloadAnalysis --section SchedulerStats --warp-sampling-interval 0 --import-source yes --clock-control none --cache-control none -c 1 -f"
+mkdir -p $OUT/s
+for k in ll_expand_kernel ll_send_kernel; do
+  n=$(echo "$k" | tr -dc 'a-z_')
+  timeout 100 ncu $S -k "regex:$k" -s 8 -o $OUT/s/$n $M $D > $OUT/s/$n-log.txt 2>&1
+  echo "ncu $k rc $?"
+  timeout 60 ncu --import $OUT/s/$n.ncu-rep --page source --csv --print-source cuda,sass > $OUT/s/$n-src.csv 2>&1
+  timeout 60 ncu --import $OUT/s/$n.ncu-rep --page details > $OUT/s/$n-details.txt 2>&1
+  python3 docs/results/v23-one-h200/hotspots.py $OUT/s/$n-src.csv 25 > $OUT/hot-$n.txt 2>&1
+  echo "== $k"; grep -E "  Duration|Issue Slots Busy|Executed Instructions  |No Eligible|Active Warps Per Scheduler|Eligible Warps|L2 Hit Rate  |Registers Per|Grid Size|Warp Cycles Per Issued|SM Active Cycles|Elapsed Cycles" $OUT/s/$n-details.txt
+  head -14 $OUT/hot-$n.txt | cut -c1-220
+  gzip $OUT/s/$n-src.csv
+  rm -f $OUT/s/$n.ncu-rep
+  t "$k"
+done
