@@ -1,12 +1,13 @@
 // Instantiations and launchers of the decode-mode kernels, one per wire format: low_latency.cuh
-// (step and send), low_latency_expand.cuh and low_latency_combine.cuh; and of decode mode's
-// kernels across nodes (low_latency_nodes.cuh; in this translation unit because ll_step_kernel,
-// which both headers define, is not a template).
+// (step), low_latency_send.cuh, low_latency_expand.cuh and low_latency_combine.cuh; and of
+// decode mode's kernels across nodes (low_latency_nodes.cuh; in this translation unit because
+// ll_step_kernel, which these headers share, is not a template).
 
 #include "backends/cuda/low_latency.cuh"
 #include "backends/cuda/low_latency_combine.cuh"
 #include "backends/cuda/low_latency_expand.cuh"
 #include "backends/cuda/low_latency_nodes.cuh"
+#include "backends/cuda/low_latency_send.cuh"
 
 namespace moe_ep::cuda_backend {
 namespace {

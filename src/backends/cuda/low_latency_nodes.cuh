@@ -8,8 +8,8 @@
 //                 (every word of the node this call, none rejected) its sends may go
 //                 (LowLatencyState::send_step). This rank's step word also goes into the header
 //                 of its message for every other node, whatever its verdict.
-//   ll_send:      (low_latency.cuh) stores into this node's ranks as on one node and packs every
-//                 token bound for node m into the message for m (DecodeMessageLayout).
+//   ll_send:      (low_latency_send.cuh) stores into this node's ranks as on one node and packs
+//                 every token bound for node m into the message for m (DecodeMessageLayout).
 //   the exchange: every rank's messages to its rail peers on the other nodes, and theirs here
 //                 (PersistentExchange::launch, every call, on every rank).
 //   ll_forward:   for each message from a rail peer s whose header says it holds this step's rows
@@ -21,8 +21,8 @@
 //   ll_settle:    waits (bounded) for all W step words in this rank's own slots (its node's by
 //                 stores, the others' from the forwarders) and settles as ll_step does; a call
 //                 rejected anywhere fails on every rank, naming the same peer as on one node.
-//   ll_expand:    (low_latency.cuh) unchanged: every source's done word, counts, flags, metadata
-//                 and stage rows are in this rank's buffer as with one node.
+//   ll_expand:    (low_latency_expand.cuh) unchanged: every source's done word, counts, flags,
+//                 metadata and stage rows are in this rank's buffer as with one node.
 // Combine (the messages: DecodeMessageLayout::combine, one per rail peer):
 //   ll_node_step: as in the dispatch, into the combine's messages.
 //   ll_combine:   (low_latency_combine.cuh, the send part only) each (s, t) that came here: the
