@@ -1,8 +1,9 @@
 """v49 probe reader (not part of the library): reads the lines next-trace.patch prints (`LL k K
 slot J start S end E`: each decode kernel's first block entry and last block exit; `LL p K I slot
 J t T`: the latest block's time at point I of kernel K; %globaltimer ns) and gives, per decode
-round (a dispatch's step, send and expand, then the first combine after that expand), the medians
-of each time from the step kernel's entry, over the rounds of each `== NAME` section of the log.
+round (a dispatch's step, send and expand, then the first combine after that expand), the median
+and the mean of each time from the step kernel's entry, over the rounds of each `== NAME` section
+of the log.
 Points: step 0 waited for the kernel before, 1 ranks (all windows but the last), 2 state read,
 3 exchange and last window; send 0 rows stored, 1 waited for the step kernel, 2 error check,
 3 counts and metadata stored, 4 done counts added; expand 0 error check, 1 sources waited for,
@@ -61,7 +62,9 @@ def main():
         elif line.startswith("LL p") and name is not None:
             f = line.split()
             sections[name][1][(int(f[2]), int(f[3]), int(f[5]))] = int(f[7])
-    print("us from the step kernel's entry, medians over the rounds of a section")
+    # Medians, and means: if %globaltimer moves in coarse steps (timer_probe.cu), a median of
+    # quantized times is biased, while a mean over rounds of random phase is not.
+    print("us from the step kernel's entry over the rounds of a section: median / mean")
     for name, (kernels, points) in sections.items():
         rows = chains(kernels, points)
         print(f"== {name} (n={len(rows)})")
@@ -71,7 +74,8 @@ def main():
                 if kk != k:
                     continue
                 vals = [r[i] for r in rows if r[i] is not None]
-                cells.append(f"{what} {statistics.median(vals):6.2f}" if vals else f"{what} -")
+                cells.append(f"{what} {statistics.median(vals):.2f}/{statistics.fmean(vals):.2f}"
+                             if vals else f"{what} -")
             print(f"  {NAMES[k]:8s} " + " | ".join(cells))
 
 
