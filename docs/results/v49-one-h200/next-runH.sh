@@ -3,8 +3,8 @@
 # 128 tokens go on current main. v45 run P's points (before v46-v49) put the expand's items at
 # 11.1-16.8 us from the step kernel's entry (5.6 us for 7.6 MB of slab rows, whose store floor at
 # 40 SMs is about 1.5 us) and the send's tail from its wait to its adds at 5.9-10.2.
-# 0. timer_probe.cu: the size of %globaltimer's steps (if about 1 us, every point interval of
-#    the traces so far is quantized).
+# %globaltimer moves in 32 ns steps here: every one of v45 run P's 7836 stamps is a multiple of
+# 32 ns apart from the others, and two points of one launch read 32 ns apart (runP-trace.log).
 # 1. Tree T = main + next-trace.patch (each decode kernel's first entry and last exit, points
 #    inside the step kernel, the send, the expand and now the combine; trace_points.py names
 #    them): 1 and 128 tokens, fp8 dispatch, bf16 combine, one round graph a replay, one
@@ -28,9 +28,6 @@ cmake --build build/gpu -j8 --target moe-ep > $OUT/build.log 2>&1 || { tail -40 
 wait
 tail -n 2 tmp-gpu/build-T.log >> $OUT/build.log
 t built
-# 0. How often %globaltimer changes (timer_probe.cu): the points' intervals are only as fine.
-nvcc -O2 -arch=sm_90 -o tmp-gpu/timer_probe $R/timer_probe.cu && tmp-gpu/timer_probe > $OUT/timer.log 2>&1
-cat $OUT/timer.log
 for r in 1 2 3; do for tok in 1 128; do
   echo "== $tok fp8 round $r"
   timeout 60 tmp-gpu/T/build/gpu/tools/moe-ep bench --backend cuda --ranks 1 --mode decode \

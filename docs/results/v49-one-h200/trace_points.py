@@ -62,8 +62,7 @@ def main():
         elif line.startswith("LL p") and name is not None:
             f = line.split()
             sections[name][1][(int(f[2]), int(f[3]), int(f[5]))] = int(f[7])
-    # Medians, and means: if %globaltimer moves in coarse steps (timer_probe.cu), a median of
-    # quantized times is biased, while a mean over rounds of random phase is not.
+    # Medians, and means (a few slow rounds move the mean, not the median).
     print("us from the step kernel's entry over the rounds of a section: median / mean")
     for name, (kernels, points) in sections.items():
         rows = chains(kernels, points)
