@@ -6,9 +6,12 @@
 # %globaltimer moves in 32 ns steps here: every one of v45 run P's 7836 stamps is a multiple of
 # 32 ns apart from the others, and two points of one launch read 32 ns apart (runP-trace.log).
 # 1. Tree T = main + next-trace.patch (each decode kernel's first entry and last exit, points
-#    inside the step kernel, the send, the expand and now the combine; trace_points.py names
-#    them): 1 and 128 tokens, fp8 dispatch, bf16 combine, one round graph a replay, one
-#    configuration a process, 3 rounds. The points are thread 0's atomics: upper bounds.
+#    inside the step kernel and its ranks, the send, the expand and now the combine;
+#    trace_points.py names them): 1 and 128 tokens, fp8 dispatch, bf16 combine, one round graph
+#    a replay, one configuration a process, 3 rounds. The points are atomics of thread 0 (or of
+#    each warp's lane 0): upper bounds. v45's slot 0 at one token spent 1.66 us from the state
+#    read to the end of the exchange and the last window, which at W = 1 is 8 slots' ranks and
+#    256 totals: the new points split that.
 # 2. main, -lineinfo: ncu of one steady-state ll_expand and ll_send launch at 128 tokens (warp
 #    stalls per source line, as v47 run P).
 #   bash docs/results/v49-one-h200/next-runH.sh      (logs to $OUT)

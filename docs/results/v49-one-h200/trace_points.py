@@ -5,7 +5,8 @@ round (a dispatch's step, send and expand, then the first combine after that exp
 and the mean of each time from the step kernel's entry, over the rounds of each `== NAME` section
 of the log.
 Points: step 0 waited for the kernel before, 1 ranks (all windows but the last), 2 state read,
-3 exchange and last window; send 0 rows stored, 1 waited for the step kernel, 2 error check,
+3 exchange and last window, 4 the last window's ids in (latest warp), 5 its ranks stored, 6 the
+totals stored, 7 a window's ids in for pass 1 (latest warp); send 0 rows stored, 1 waited for the step kernel, 2 error check,
 3 counts and metadata stored, 4 done counts added; expand 0 error check, 1 sources waited for,
 2 thread 0's items done, 3 the block's, 4 the latest copy item's loads in, 5 its stores issued;
 combine 0 waited for the kernel before, 1 error check,
@@ -16,7 +17,7 @@ combine 0 waited for the kernel before, 1 error check,
 import statistics
 import sys
 
-POINTS = {0: 4, 1: 5, 2: 6, 3: 4}
+POINTS = {0: 8, 1: 5, 2: 6, 3: 4}
 NAMES = {0: "step", 1: "send", 2: "expand", 3: "combine"}
 COLS = [(k, w) for k in range(4) for w in ["start"] + [f"p{i}" for i in range(POINTS[k])] + ["end"]]
 
