@@ -9,7 +9,7 @@
 #    inside the step kernel and its ranks, the send, the expand and now the combine;
 #    trace_points.py names them): 1 and 128 tokens, fp8 dispatch, bf16 combine, one round graph
 #    a replay, one configuration a process, 3 rounds. The points are atomics of thread 0 (or of
-#    each warp's lane 0): upper bounds. v45's slot 0 at one token spent 1.66 us from the state
+#    each warp's lane 0): upper bounds. v45's one-token dispatch spent about 1.7 us from the state
 #    read to the end of the exchange and the last window, which at W = 1 is 8 slots' ranks and
 #    256 totals: the new points split that.
 # 2. main, -lineinfo: ncu of one steady-state ll_expand and ll_send launch at 128 tokens (warp
