@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backends/cuda/device_error.h"
+#include "backends/cuda/low_latency_items.h"
 #include "backends/cuda/node_geometry.h"
 #include "backends/cuda/notify_parts.h"
 #include "backends/cuda/policy.h"
@@ -318,14 +319,6 @@ struct LowLatencyState {
   uint64_t node_gave_up;
 };
 
-// What one launch of the decode combine kernel does: all of it, or, with overlap hooks, the
-// sends of the expert side (the send part) or the token-side sum (the receive part).
-enum LlCombinePhase : int32_t {
-  kLlCombineAll = 0,
-  kLlCombineSend = 1,
-  kLlCombineReceive = 2,
-};
-
 struct LowLatencyParams {
   RankInfo info;
   PeerTable peers;
@@ -367,7 +360,7 @@ struct LowLatencyParams {
   // combine
   const uint16_t* y;      // [E/W, W*Tmax, H] bf16 (not read by kLlCombineReceive)
   uint16_t* out;          // [T, H] bf16 (not written by kLlCombineSend)
-  int32_t combine_phase;  // LlCombinePhase
+  int32_t combine_phase;  // LlCombinePhase (low_latency_items.h)
   // [E] this rank's tokens per expert: ll_rank_slots's (one node), or the send's atomics, reset
   // by its last block (several nodes)
   int32_t* send_counts;

@@ -75,7 +75,7 @@ cudaError_t launch_ll_expand(DispatchDtype dtype, const LowLatencyParams& p, int
     // No more blocks than the most work items a call can have: the blocks wait for the peers'
     // rows, and idle waiting blocks would only hold SMs (other ranks' sends among them, when
     // ranks share a GPU).
-    const int blocks = blocks_for_warp_items(LlExpandItems::of(p).most_items(p), num_blocks);
+    const int blocks = blocks_for_warp_items(ll_expand_items(p).most_items(), num_blocks);
     return launch_following(ll_expand_kernel<F>, blocks, Policy::kDataThreads, stream, p);
   });
 }

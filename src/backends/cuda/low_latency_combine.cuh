@@ -303,34 +303,10 @@ __device__ __forceinline__ bool ll_reduce_with_own_part(const LowLatencyParams& 
 // kOwnInPlace: the whole combine in one launch (kLlCombineAll), this rank's own part summed in
 // place (ll_reduce_with_own_part); otherwise one part of a hooked combine, or both, with every
 // part sent. Two instantiations, so that neither carries the other's registers.
-// A decode combine launch's work items, slices of rows (Policy::kDispatchSliceElems elements):
-// sends, (source, token, slice) candidates for every source and token below Tmax, but this
-// rank's own tokens when they are summed in place (the whole combine in one launch); then
-// reduces, (token, slice) for this rank's T tokens. A launch runs the sends and the reduces
-// (kLlCombineAll), or one of the two (the hooks' parts).
-// A reduce item is a part of a slice (1, 2 or 4 parts of 256-element warp steps) when the
-// token-slices are few: at one token the 7 slices' reduces ran 4 warp steps each, one after
-// the other, on 7 warps (v23: 16.9 us under ncu, 36% of it waiting for y). The parts share
-// their slice's ready flags. kLlMaxReduceItems bounds the parts' items to about the warps of
-// the default budget (32 SMs, 2 blocks of 16 warps each).
-inline constexpr int64_t kLlMaxReduceItems = 1024;
-struct LlCombineItems {
-  int64_t slices, parts, own_sends, sends, first, end;
-  __host__ __device__ int64_t count() const { return end - first; }
-};
+// A decode combine launch's work items (low_latency_items.h) for this launch's phase.
 __host__ __device__ inline LlCombineItems ll_combine_items(const LowLatencyParams& p) {
-  LlCombineItems c{};
-  c.slices = p.layout.ll_slices;
-  // kLlCombineAll sums this rank's part of its own tokens in place: no send items for them.
-  c.own_sends = p.combine_phase == kLlCombineAll ? p.info.max_tokens * c.slices : 0;
-  c.sends = static_cast<int64_t>(p.info.world_size) * p.info.max_tokens * c.slices - c.own_sends;
-  c.first = p.combine_phase == kLlCombineReceive ? c.sends : 0;
-  const int64_t token_slices = p.num_tokens * c.slices;
-  c.parts = token_slices * 4 <= kLlMaxReduceItems   ? 4
-            : token_slices * 2 <= kLlMaxReduceItems ? 2
-                                                    : 1;
-  c.end = p.combine_phase == kLlCombineSend ? c.sends : c.sends + token_slices * c.parts;
-  return c;
+  return ll_combine_items(p.layout.ll_slices, p.info.world_size, p.info.max_tokens, p.num_tokens,
+                          p.combine_phase);
 }
 
 template <typename F, bool kOwnInPlace>
@@ -360,14 +336,8 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
   // from 0 and its last warp resets them, so the two parts of a hooked combine, one after the
   // other on the op's order, each start from 0.
   const LlCombineItems items = ll_combine_items(p);
-  const int64_t slices = items.slices;
-  const int64_t slice_elems = Policy::kDispatchSliceElems;
-  const int64_t sends = items.sends;
   const int64_t first = items.first;
   const int64_t end = items.end;
-  // In place, the send items skip this rank's own rows: [own_first, + own_sends) of the
-  // candidates (v22 took a ticket for each and skipped it, all of them at world size 1).
-  const int64_t own_first = static_cast<int64_t>(info.rank) * info.max_tokens * slices;
   const ReduceArgs reduce{self, p.layout, hidden, info.rank, p.out, tag, p.timeout_ns, p.err};
   // In place, this rank's part of its own tokens is summed by their reduces, never sent. A hooked
   // combine's receive part may run after y has changed, so its send part sends to this rank too.
@@ -375,18 +345,14 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
   while (true) {
     const int64_t item = first + take_ticket(&p.tickets[0], c.lane);
     if (item >= end) break;
-    const bool send = item < sends;
-    // A reduce item is part `part` of its slice (items.parts of them); a send item a whole slice.
-    const int64_t parts = send ? 1 : items.parts;
-    const int64_t index =
-        send ? (kOwnInPlace && item >= own_first ? item + items.own_sends : item) : item - sends;
-    const int64_t row_item = index / (slices * parts);
-    const int64_t in_row = index - row_item * slices * parts;
-    const int64_t slice = in_row / parts;
-    const int64_t part = in_row - slice * parts;
-    const int64_t slice_stop = min(slice * slice_elems + slice_elems, static_cast<int64_t>(hidden));
-    const int64_t begin = slice * slice_elems + part * (slice_elems / parts);
-    const int64_t stop = min(begin + slice_elems / parts, slice_stop);
+    // In place, the send items skip this rank's own rows (v22 took a ticket for each and
+    // skipped it, all of them at world size 1).
+    const LlCombineItem w = items.at(item, info.rank, info.max_tokens, hidden, kOwnInPlace);
+    const bool send = w.send;
+    const int64_t row_item = w.row_item;
+    const int64_t slice = w.slice;
+    const int64_t begin = w.begin;
+    const int64_t stop = w.stop;
     if (send) {
       const int s = static_cast<int>(row_item / info.max_tokens);
       const int64_t t = row_item - static_cast<int64_t>(s) * info.max_tokens;

@@ -46,21 +46,15 @@ __device__ __forceinline__ bool ll_wait_sources(const LowLatencyParams& p, uint6
   return gave_up == 0;
 }
 
-// The expand's row copy: units (16-byte vectors of payload, or scale words) a lane loads before
-// it stores any, and the units of one work item (a part of a row) for a warp.
-inline constexpr int kLlCopyUnroll = 4;
-inline constexpr int kLlCopyPart = 32 * kLlCopyUnroll;
-
 // Loads part `part` of a row of `units` units into v (each lane kLlCopyUnroll units, all in
 // flight together; units past the row are left as they are). The stage rows were written by
 // peers: L2-only loads, so no stale L1 line serves them.
 template <typename U>
 __device__ __forceinline__ void ll_load_part(const U* src, int64_t units, int64_t part, int lane,
                                              U (&v)[kLlCopyUnroll]) {
-  const int64_t first = part * kLlCopyPart + lane;
 #pragma unroll
   for (int u = 0; u < kLlCopyUnroll; ++u) {
-    const int64_t i = first + u * 32;
+    const int64_t i = ll_copy_unit(part, lane, u);
     if (i < units) v[u] = __ldcg(src + i);
   }
 }
@@ -68,10 +62,9 @@ __device__ __forceinline__ void ll_load_part(const U* src, int64_t units, int64_
 template <typename U>
 __device__ __forceinline__ void ll_store_part(U* dst, int64_t units, int64_t part, int lane,
                                               const U (&v)[kLlCopyUnroll]) {
-  const int64_t first = part * kLlCopyPart + lane;
 #pragma unroll
   for (int u = 0; u < kLlCopyUnroll; ++u) {
-    const int64_t i = first + u * 32;
+    const int64_t i = ll_copy_unit(part, lane, u);
     if (i < units) dst[i] = v[u];
   }
 }
@@ -144,34 +137,11 @@ __device__ __forceinline__ void ll_expand_item(const LowLatencyParams& p, uint64
   }
 }
 
-// The expand's work items (ll_expand_kernel): fills, (local expert, chunk of kFillRows slab rows)
-// pairs, then per_token items for each token received: `parts` parts of kLlCopyPart 16-byte
-// payload vectors (rows are whole 16-byte units), then `scale_parts` parts of 4-byte scale words
-// (of bytes when a scale row is not whole words, as mxfp4's e8m0 rows can be). The launcher
-// sizes the grid for the most items a call can have (every source sends Tmax tokens).
-struct LlExpandItems {
-  static constexpr int64_t kFillRows = 256;
-  int64_t fill_chunks, fills, vectors, scale_units, parts, scale_parts, per_token;
-  bool scale_words;
-
-  __host__ __device__ static LlExpandItems of(const LowLatencyParams& p) {
-    LlExpandItems s{};
-    const int64_t slab_rows = static_cast<int64_t>(p.info.world_size) * p.info.max_tokens;
-    s.fill_chunks = (slab_rows + kFillRows - 1) / kFillRows;
-    s.fills = p.info.experts_per_rank * s.fill_chunks;
-    s.vectors = p.layout.dispatch_payload_bytes / 16;
-    s.scale_words = p.layout.dispatch_scale_bytes % 4 == 0;
-    s.scale_units =
-        s.scale_words ? p.layout.dispatch_scale_bytes / 4 : p.layout.dispatch_scale_bytes;
-    s.parts = (s.vectors + kLlCopyPart - 1) / kLlCopyPart;
-    s.scale_parts = (s.scale_units + kLlCopyPart - 1) / kLlCopyPart;
-    s.per_token = s.parts + s.scale_parts;
-    return s;
-  }
-  __host__ __device__ int64_t most_items(const LowLatencyParams& p) const {
-    return fills + static_cast<int64_t>(p.info.world_size) * p.info.max_tokens * per_token;
-  }
-};
+// The expand's items (low_latency_items.h) of the op's shape.
+__host__ __device__ inline LlExpandItems ll_expand_items(const LowLatencyParams& p) {
+  return LlExpandItems::of(p.info.world_size, p.info.max_tokens, p.info.experts_per_rank,
+                           p.layout.dispatch_payload_bytes, p.layout.dispatch_scale_bytes);
+}
 
 template <typename F>
 __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm)
@@ -207,39 +177,35 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
   __syncthreads();
   const WarpCoord c = warp_coord();
   const char* self = p.peers.base[info.rank];
-  const int64_t slab_rows = static_cast<int64_t>(info.world_size) * info.max_tokens;
   const int64_t payload_bytes = p.layout.dispatch_payload_bytes;
   // Work items (LlExpandItems), spread over every warp of the grid, none waiting for another:
   // fills write an expert's count (the sum of the sources' counts) and -1 sources past it;
   // copies are (token of any source, part), the tokens of all sources one after another.
-  const LlExpandItems shape = LlExpandItems::of(p);
+  const LlExpandItems shape = ll_expand_items(p);
+  const int64_t slab_rows = shape.slab_rows;
   const int64_t fills = shape.fills;
   const int64_t parts = shape.parts;
-  const int64_t items = fills + first_token[info.world_size] * shape.per_token;
+  const int64_t items = shape.items(first_token[info.world_size]);
   for (int64_t item = c.warp; item < items; item += c.num_warps) {
     if (item < fills) {
-      const int e = static_cast<int>(item / shape.fill_chunks);
-      const int64_t chunk = item - e * shape.fill_chunks;
+      const int e = shape.fill_expert(item);
       int n = 0;
       for (int s = c.lane; s < info.world_size; s += 32) {
         n += __ldcg(reinterpret_cast<const int32_t*>(self + p.layout.ll_counts_offset(s, e)));
       }
       n = __reduce_add_sync(0xffffffffu, n);
-      if (chunk == 0 && c.lane == 0) p.count[e] = n;
-      const int64_t end = (chunk + 1) * LlExpandItems::kFillRows < slab_rows
-                              ? (chunk + 1) * LlExpandItems::kFillRows
-                              : slab_rows;
-      const int64_t begin =
-          chunk * LlExpandItems::kFillRows > n ? chunk * LlExpandItems::kFillRows : n;
-      for (int64_t row = begin + c.lane; row < end; row += 32) {
+      const LlExpandItems::Fill f = shape.fill(item, e, n);
+      if (f.chunk == 0 && c.lane == 0) p.count[e] = n;
+      for (int64_t row = f.begin + c.lane; row < f.end; row += 32) {
         p.src_rank[e * slab_rows + row] = -1;
         p.src_token[e * slab_rows + row] = -1;
         p.src_slot[e * slab_rows + row] = -1;
       }
       continue;
     }
-    const int64_t token = (item - fills) / shape.per_token;
-    const int64_t part = (item - fills) - token * shape.per_token;
+    const LlExpandItems::Copy copy = shape.copy(item);
+    const int64_t token = copy.token;
+    const int64_t part = copy.part;
     int s = 0;
     while (token >= first_token[s + 1]) ++s;
     const int64_t t = token - first_token[s];
