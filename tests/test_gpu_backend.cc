@@ -278,7 +278,7 @@ TEST(GpuBackendUnvalidated, NonFiniteBlocksEqualCpu) {
   run_special_blocks(/*nonfinite=*/true);
 }
 
-// The copy-engine path (docs/cuda-backend.md#the-copy-engine-path) between real GPUs: copies into
+// The copy-engine path (docs/copy-engine.md) between real GPUs: copies into
 // the peers' NCCL symmetric windows (tests/test_gpu_copy_engine.cc covers W ranks on one GPU).
 TEST(GpuBackend, CopyEngineAllPairsEqualCpu) {
   MOE_EP_REQUIRE_GPU();

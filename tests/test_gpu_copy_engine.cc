@@ -1,4 +1,4 @@
-// The copy-engine path (OpConfig::copy_engine; docs/cuda-backend.md#the-copy-engine-path) in the
+// The copy-engine path (OpConfig::copy_engine; docs/copy-engine.md) in the
 // single-GPU test world (label gpu, skipped without a GPU): W ranks as threads on one GPU, rows
 // moved by cudaMemcpyAsync between the ranks' buffers instead of SM stores. Every output of every
 // dispatch/combine dtype pair must equal the reference bit for bit (the same check as the SM

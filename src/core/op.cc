@@ -166,7 +166,7 @@ void check_config(const OpConfig& config, int world_size) {
                    " does not divide world_size=", world_size,
                    " (every node must hold the same number of ranks)");
 
-  // The copy-engine path (docs/cuda-backend.md#the-copy-engine-path) is normal mode on one node.
+  // The copy-engine path (docs/copy-engine.md) is normal mode on one node.
   if (config.copy_engine) {
     MOE_EP_CHECK_ARG(!config.low_latency,
                      "copy_engine=true with low_latency=true: the copy-engine path is normal mode "

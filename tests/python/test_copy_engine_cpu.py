@@ -1,4 +1,4 @@
-"""get_op(..., copy_engine=...) (OpConfig::copy_engine, docs/cuda-backend.md#the-copy-engine-path)
+"""get_op(..., copy_engine=...) (OpConfig::copy_engine, docs/copy-engine.md)
 on the CPU backend, which has no copy-engine path but agrees on the field like on every other:
 the op reports it (op.copy_engine, op.config, repr), it is part of the cache key, it must be a
 bool, and with low_latency=True or ranks_per_node below the world size it is refused on every

@@ -1,4 +1,4 @@
-// The copy-engine path (OpConfig::copy_engine; docs/cuda-backend.md#the-copy-engine-path): rows
+// The copy-engine path (OpConfig::copy_engine; docs/copy-engine.md): rows
 // move between GPUs by the copy engines (cudaMemcpyAsync queued by the host, cuda_op.cc) instead
 // of SM stores into the peer. The kernels here are the pieces around those copies:
 //   ce_signal_kernel        after the copies of a call, the done word of this rank in every
@@ -79,7 +79,7 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
     }
     // pos[r][t] read per source and step rather than shuffled from the routes, which would keep
     // them live across the sums (nvcc: fewer spills; the kernel still spills more than
-    // combine_kernel, docs/cuda-backend.md#the-copy-engine-path).
+    // combine_kernel, docs/copy-engine.md).
     const int32_t* pos = p.pos;
     const int64_t max_tokens = info.max_tokens;
     const auto row_of = [pos, max_tokens](int r, int64_t token) {

@@ -129,7 +129,7 @@ class CudaOp final : public OpBase {
   // the current call: its step (and notify) passed, so the copies of the copy-engine path may
   // go. Every rank of a passed step sees it pass.
   bool device_clear() const;
-  // Copy-engine path (docs/cuda-backend.md#the-copy-engine-path), after the host learned the
+  // Copy-engine path (docs/copy-engine.md), after the host learned the
   // counts: dispatch's copies of the staged rows, field by field, into every other rank's receive
   // rows; combine's copy of each source's rows (staged, or for bf16 straight from y) into its
   // slot of that source's combine rows. Then the done word in every receiver (ce_signal_kernel).
