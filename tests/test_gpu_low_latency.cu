@@ -1,5 +1,5 @@
 // Decode mode on the CUDA backend (label gpu, skipped without a GPU), on W ranks of one GPU
-// (make_single_gpu_world): every output of all dtype pairs at W = 2, 4 and 8, two rounds per op,
+// (make_single_gpu_world): every output of all dtype pairs at W = 1, 2, 4 and 8, two rounds per op,
 // compared bit for bit with the reference (slabs below the counts, counts, sources, out), and of
 // mxfp4 rows whose scale rows are not whole 4-byte words (hidden 2080); and the
 // graph test: each rank captures low_latency_dispatch -> an expert kernel -> low_latency_combine
@@ -89,10 +89,25 @@ TEST_P(GpuLowLatency, AllDtypePairsEqualTheReference) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Ranks, GpuLowLatency, ::testing::Values(2, 4, 8),
+INSTANTIATE_TEST_SUITE_P(Ranks, GpuLowLatency, ::testing::Values(1, 2, 4, 8),
                          [](const ::testing::TestParamInfo<int>& info) {
                            return "W" + std::to_string(info.param);
                          });
+
+// World size 1 on one SM's budget: the combine's 256 items (32 tokens of 2 slices in 4 parts) on
+// a grid of 2 blocks, 32 warps, so every warp takes 8 of them, and the send and the expand on
+// those 2 blocks too; with masked slots and tokens. A dtype pair of each dispatch dtype.
+TEST(GpuLowLatencyWorldOfOne, OneSmBudgetTakesEveryItem) {
+  if (!testing::have_gpu()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
+  for (const DtypePair& pair : {DtypePair{DispatchDtype::bf16, CombineDtype::bf16},
+                                DtypePair{DispatchDtype::fp8, CombineDtype::fp8},
+                                DtypePair{DispatchDtype::fp4, CombineDtype::int8_e3m4}}) {
+    SCOPED_TRACE(testing::pair_name(pair));
+    OpConfig c = decode_config(1, pair);
+    c.num_sms = 1;
+    run_rounds_and_check(c, 1, {5, 6});
+  }
+}
 
 // An expert id out of range on one rank, found on the device by the validate kernel before the
 // decode step: every rank raises it at its next synchronize, naming the slot and the value; the
@@ -167,11 +182,10 @@ std::vector<RankInput> replay_inputs(const OpConfig& c, int world_size, int i) {
   return testing::replay_inputs(c, world_size, i, 1000);
 }
 
-// The graph test: two ranks, on one GPU (the one-GPU world) or one per GPU (NCCL communicators
+// The graph test: W ranks, on one GPU (the one-GPU world) or one per GPU (NCCL communicators
 // over the GPUs' link, run_gpu_ranks), each capturing dispatch -> expert -> combine once and
 // replaying it with new inputs, every replay checked bit for bit.
-void captured_round_replays(bool two_gpus) {
-  const int world_size = 2;
+void captured_round_replays(int world_size, bool two_gpus) {
   const int replays = 200;
   const OpConfig c = decode_config(world_size, {DispatchDtype::fp8, CombineDtype::bf16});
   const int64_t t = c.max_tokens_per_rank;  // the captured shape: masking makes fewer tokens
@@ -239,7 +253,13 @@ void captured_round_replays(bool two_gpus) {
 
 TEST(GpuLowLatencyGraph, CapturedRoundReplays200TimesWithNewInputs) {
   if (!testing::have_gpu()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
-  captured_round_replays(false);
+  captured_round_replays(2, false);
+}
+
+// At world size 1, the bench's world (where the combine has no send item).
+TEST(GpuLowLatencyGraph, CapturedRoundReplays200TimesWithNewInputsAtWorldSize1) {
+  if (!testing::have_gpu()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
+  captured_round_replays(1, false);
 }
 
 // The same with one rank per GPU: decode mode's flags, counts and rows across the GPUs' link
@@ -247,7 +267,7 @@ TEST(GpuLowLatencyGraph, CapturedRoundReplays200TimesWithNewInputs) {
 TEST(TwoGpuLowLatencyGraph, CapturedRoundReplays200TimesWithNewInputsOneRankPerGpu) {
   if (!testing::have_gpu()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
   if (cuda_device_count() < 2) GTEST_SKIP() << "needs 2 GPUs";
-  captured_round_replays(true);
+  captured_round_replays(2, true);
 }
 
 // ---- overlap hooks ----------------------------------------------------------------------------
