@@ -3,7 +3,8 @@
 # minutes): the decode combine of main since v48 (v47's pipe, v48's slot table, slots beside the
 # mask, bf16's round trip) on two GPUs, W = 2, where its sends to the peer go through the pipe
 # and tokens with both ranks' parts take the general reduce's table, against the combine before
-# v47 (pre-v47-combine.patch: low_latency_combine.cuh as of bb1eafa, made again in v49; no other file it uses
+# v47 (pre-v47-combine.patch: low_latency_combine.cuh as of bb1eafa, made again in v49 and in v50, where its
+# work items come from low_latency_items.h; no other file it uses
 # changed since but for comments, added functions and a defaulted argument). One H200 at W = 1: every combine 2.2-2.7 us faster at
 # 128 tokens (v47 run V then v48 run A), 5.1-6.3 at 256. Predicted on two GPUs: about as much at
 # 128 and 256 (the expert side's sums are the same work), level at 1 and 32. Then the two-GPU
