@@ -1,9 +1,9 @@
 // How decode mode's expand and combine kernels split a call into warp-sized work items
 // (low_latency_expand.cuh, low_latency_combine.cuh): plain C++ shared by the kernels, their
 // launchers (which size the grids from the item counts) and the CPU tests
-// (tests/test_low_latency_items.cc), which check at every shape that the items cover each row,
-// slice and element once. The kernels take items by warp (expand) or by ticket (combine); none of
-// an item's work depends on another item of its launch.
+// (tests/test_low_latency_items.cc), which check at every dispatch dtype and many shapes that the
+// items cover each row, slice and element once. The kernels take items by warp (expand) or by
+// ticket (combine); none of an item's work depends on another item of its launch.
 #pragma once
 
 #include <cstdint>
