@@ -6,7 +6,7 @@ and T = 0 and masked slots; world sizes 1, 2 and 4; tokens with every slot maske
 slab); the fixed shapes, dtypes and zero copy of the outputs; pre-quantized fp8 and mxfp4 x;
 duplicate expert ids (rejected in validation mode, both weights applied otherwise); several
 rounds on one op; decode calls interleaved with normal-mode calls on one op, each mode's outputs
-surviving the other's calls; the identity of docs/design.md#decode-mode (identical expert
+surviving the other's calls; int64 expert ids; the identity of docs/design.md#decode-mode (identical expert
 outputs give bit-identical out in both modes, with the normal-mode y formed as the contract
 says). Its errors are in test_decode_errors_cpu.py. Rows of y at or after recv_count are NaN in these tests:
 the op must never read them. Inputs are seeded (conftest.py); the seed is printed.
@@ -157,6 +157,20 @@ def test_world_sizes(world_size, d, c, rng, run_ranks, make_inputs, random_bf16)
     got = run_ll_rounds(run_ranks, cfg, rounds, ypools, give_out=True)
     exp = check_ll_rounds(got, cfg, rounds)
     assert slab_rows(exp) > 0
+
+
+def test_int64_expert_ids_as_topk_gives_them(rng, run_ranks, make_inputs, random_bf16):
+    # numpy's default integers and torch.topk's indices are int64 (as DeepEP takes them): the same
+    # outputs as int32 ids, -1 masking a slot either way.
+    cfg = ll_config("fp8", "bf16")
+    rounds = [make_inputs(rng, W, E, K, H, [24, 3, 0, 11])]
+    for inp in rounds[0]:
+        inp["topk_idx"] = inp["topk_idx"].astype(np.int64)
+    assert (rounds[0][0]["topk_idx"] == -1).any()  # a masked slot among the int64 ids
+    ypools = ll_y_pools(rng, random_bf16, W, cfg, 1)
+    got = run_ll_rounds(run_ranks, cfg, rounds, ypools)
+    exp = check_ll_rounds(got, cfg, rounds)
+    assert slab_rows(exp) > 20
 
 
 def test_masked_slots_and_fully_masked_tokens(rng, run_ranks, make_inputs, random_bf16):
