@@ -106,7 +106,7 @@ void run_rank_decode(const PairContext& ctx, int rank, PairShared& shared) {
     shared.times[1][rank].push_back(backend.elapsed_us(rank, Leg::kCombine));
   });
   // --decode-graph round, then: kRoundsPerGraph rounds back to back in one graph, with no timer
-  // between them (an event node in a graph costs a few microseconds, perf-notes v40), timed by
+  // between them (an event node in a graph costs a few microseconds, perf-history v40), timed by
   // events on the stream around its replay; a round's time is the replay's over the rounds (the
   // graph's own start, under a microsecond, shared by them). Host calls without graphs.
   if (in_one_graph) {

@@ -123,7 +123,7 @@ __device__ __forceinline__ void prefetch_l2(const void* ptr, int64_t bytes) {
 // Asks L1 for the line holding p (prefetch.global.L1): a hint with nothing to wait for and no
 // register held. The dispatch's warps, which read a row slice by slice, ask for the next slice's
 // lines while they encode and store the current one, so that its loads (ld.global.cs, which L1
-// caches) hit L1 (docs/perf-notes.md, v39: 2-7 us of 62-78 at 32 SMs; the same in the combine's
+// caches) hit L1 (docs/perf-history.md, v39: 2-7 us of 62-78 at 32 SMs; the same in the combine's
 // whole-row groups lost 1-2 us).
 __device__ __forceinline__ void prefetch_l1(const void* p) {
   asm volatile("prefetch.global.L1 [%0];" ::"l"(__cvta_generic_to_global(p)));

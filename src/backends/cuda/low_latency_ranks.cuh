@@ -10,7 +10,7 @@
 // so it counts once.
 // The last window's pass 2 and the totals (ll_rank_slots_last) run beside the step's word
 // exchange, on the threads that exchange nothing: they need only pass 1's bits, and the step
-// word only pass 1's verdict on the ids. Measured (docs/perf-notes.md, v32 runs G and H): they
+// word only pass 1's verdict on the ids. Measured (docs/perf-history.md, v32 runs G and H): they
 // end about 0.3 us after the exchange whatever their size, as if its system-scope release and
 // polls held the block's other memory operations; the dispatch gained 0.5-0.7 us at one token
 // and nothing measurable at 32 to 256.
