@@ -348,14 +348,9 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
     // In place, the send items skip this rank's own rows (v22 took a ticket for each and
     // skipped it, all of them at world size 1).
     const LlCombineItem w = items.at(item, info.rank, info.max_tokens, hidden, kOwnInPlace);
-    const bool send = w.send;
-    const int64_t row_item = w.row_item;
-    const int64_t slice = w.slice;
-    const int64_t begin = w.begin;
-    const int64_t stop = w.stop;
-    if (send) {
-      const int s = static_cast<int>(row_item / info.max_tokens);
-      const int64_t t = row_item - static_cast<int64_t>(s) * info.max_tokens;
+    if (w.send) {
+      const int s = static_cast<int>(w.row_item / info.max_tokens);
+      const int64_t t = w.row_item - static_cast<int64_t>(s) * info.max_tokens;
       const uint64_t flag =
           __ldcg(reinterpret_cast<const uint64_t*>(self + p.layout.ll_flag_offset(s, t)));
       if (flag != (dispatch_step << 1 | 1)) continue;  // token t of s did not come here
@@ -373,21 +368,21 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
         slot = p.nodes.rail_peer(info.rank, s / p.nodes.node_size);
       }
       // One warp step at a time, the loads of y ahead of the sums (SlotSumPipe).
-      send_combine_range<F, 1>(slot_sum_pipe(slots, p.y, hidden, k_slots, begin, stop, c.lane),
-                               begin, stop, hidden,
+      send_combine_range<F, 1>(slot_sum_pipe(slots, p.y, hidden, k_slots, w.begin, w.stop, c.lane),
+                               w.begin, w.stop, hidden,
                                p.peers.base[dest] + p.layout.combine_row_offset(slot, t),
                                reinterpret_cast<uint64_t*>(
-                                   p.peers.base[dest] + p.layout.ll_ready_offset(slot, t, slice)),
+                                   p.peers.base[dest] + p.layout.ll_ready_offset(slot, t, w.slice)),
                                tag, c.lane);
-    } else if (begin < stop) {  // (a part past the end of a short last slice has nothing)
-      const int64_t t = row_item;
+    } else if (w.begin < w.stop) {  // (a part past the end of a short last slice has nothing)
+      const int64_t t = w.row_item;
       bool done = false;
       if constexpr (kOwnInPlace) {
-        done = ll_reduce_with_own_part<F>(p, reduce, t, slice, begin, stop, c.lane);
+        done = ll_reduce_with_own_part<F>(p, reduce, t, w.slice, w.begin, w.stop, c.lane);
       } else {
-        const auto flag_offset = [&](int r) { return p.layout.ll_ready_offset(r, t, slice); };
-        done =
-            reduce_combine_range<F>(reduce, t, p.token_mask[t], begin, stop, flag_offset, c.lane);
+        const auto flag_offset = [&](int r) { return p.layout.ll_ready_offset(r, t, w.slice); };
+        done = reduce_combine_range<F>(reduce, t, p.token_mask[t], w.begin, w.stop, flag_offset,
+                                       c.lane);
       }
       if (!done) break;
     }

@@ -203,9 +203,7 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
       }
       continue;
     }
-    const LlExpandItems::Copy copy = shape.copy(item);
-    const int64_t token = copy.token;
-    const int64_t part = copy.part;
+    const auto [token, part] = shape.copy(item);
     int s = 0;
     while (token >= first_token[s + 1]) ++s;
     const int64_t t = token - first_token[s];
