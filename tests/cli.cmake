@@ -89,6 +89,15 @@ moe_ep_cli_ok(bench_decode_bf16_int8_e3m4 "mode decode" "bf16     int8_e3m4" "# 
 moe_ep_cli_ok(bench_decode_zero_tokens "mode decode" "# wrong: 0 OK" --
               ${MOE_EP_CLI} bench --backend cpu --mode decode --ranks 2 --experts 4 --topk 2
               --tokens 0 ${small})
+# --column-major-scales: the decode bench with recv_x_scales column by column, checked as rows
+# (reference::copy_low_latency_outputs); normal mode refuses the flag.
+moe_ep_cli_ok(bench_decode_column_major_scales "mode decode" "column-major scales"
+              "fp8      bf16" "fp4      fp8 " "# wrong: 0 OK" --
+              ${MOE_EP_CLI} bench --backend cpu --mode decode --column-major-scales --ranks 3
+              --experts 6 --topk 2 --tokens 1,5 --dispatch-dtype fp8,fp4
+              --combine-dtype bf16,fp8 ${small})
+moe_ep_cli_error(column_major_scales_normal 2 "--column-major-scales=on" "--mode decode" --
+                 ${MOE_EP_CLI} bench --backend cpu --column-major-scales)
 # --decode-graph round: one graph a round on CUDA, and round_us from 16 rounds in one graph; the
 # CPU backend, without graphs, times host calls, and the header says which timing the figures are.
 moe_ep_cli_ok(bench_decode_graph_round "mode decode" "--decode-graph round" "round_us"

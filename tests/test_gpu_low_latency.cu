@@ -177,6 +177,30 @@ TEST(GpuLowLatencyOddScales, Mxfp4ScaleRowsOfOddBytesEqualTheReference) {
   }
 }
 
+// Column-major scales (OpConfig::column_major_scales): the expand's column kernels store scale j
+// of expert e's row r at (e * scale_dim + j) * W*Tmax + r; the harness's copies turn them back
+// into rows (reference::copy_low_latency_outputs), so every round is checked as above. fp8 and
+// mxfp4 dispatch (at hidden 2080 too: 65 one-byte scales a row), W = 1 and 2.
+TEST(GpuLowLatencyColumnScales, EqualTheReference) {
+  if (!testing::have_gpu()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
+  struct Case {
+    DtypePair pair;
+    int hidden;  // 0: the tests' shape
+  };
+  for (int world_size : {1, 2}) {
+    for (const Case& k : {Case{{DispatchDtype::fp8, CombineDtype::bf16}, 0},
+                          Case{{DispatchDtype::fp4, CombineDtype::fp8}, 0},
+                          Case{{DispatchDtype::fp4, CombineDtype::bf16}, 2080}}) {
+      SCOPED_TRACE(testing::pair_name(k.pair) + " at W=" + std::to_string(world_size) + " hidden " +
+                   std::to_string(k.hidden));
+      OpConfig c = decode_config(world_size, k.pair);
+      c.column_major_scales = true;
+      if (k.hidden != 0) c.hidden = k.hidden;
+      run_rounds_and_check(c, world_size, {7, 8});
+    }
+  }
+}
+
 // Replay i's inputs: testing::replay_inputs with this file's seed offset.
 std::vector<RankInput> replay_inputs(const OpConfig& c, int world_size, int i) {
   return testing::replay_inputs(c, world_size, i, 1000);

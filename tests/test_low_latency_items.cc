@@ -1,6 +1,6 @@
 // Decode mode's work items (src/backends/cuda/low_latency_items.h) checked on the CPU, at every
 // dispatch dtype and many shapes: the expand's items copy every 16-byte payload vector and every
-// scale unit of every received row once, write -1 sources into exactly the slab rows past each
+// scale unit of every received row once (column-major scales each into its place), write -1 sources into exactly the slab rows past each
 // expert's count and store each count once; the combine's items send every (source, token,
 // slice) once (but this rank's own tokens in the one-launch combine, which sums them in place)
 // and reduce every element of every token once, within its slice, in whole warp steps. A gap or
@@ -76,6 +76,46 @@ TEST(LowLatencyItems, ExpandCopiesEveryUnitOfEveryReceivedRowOnce) {
             }
             for (size_t i = 0; i < seen.size(); ++i) ASSERT_EQ(seen[i], 1) << where << " " << i;
           }
+        }
+      }
+    }
+  }
+}
+
+// Column-major scales (OpConfig::column_major_scales): a unit is one scale (a word for fp32, a
+// byte for e8m0, whatever the row's length), and the expand's stores (ll_slab_column_first)
+// put scale i of expert e's row r at (e * scale_dim + i) * W*Tmax + r, every element of the
+// array once.
+TEST(LowLatencyItems, ExpandPutsEachColumnMajorScaleInItsPlaceOnce) {
+  for (DispatchDtype dtype : {DispatchDtype::fp8, DispatchDtype::fp4}) {
+    for (int hidden : {128, 2080, 7168}) {
+      if (dtype == DispatchDtype::fp8 && hidden % kFp8BlockSize != 0) continue;
+      const formats::RowFormat f = formats::row_format(dtype, hidden);
+      const int64_t elem = f.scale_bytes / f.scale_cols;
+      for (int world : {1, 3}) {
+        for (int max_tokens : {1, 100}) {
+          const int experts = 3;
+          const LlExpandItems s =
+              LlExpandItems::of(world, max_tokens, experts, f.payload_bytes, f.scale_bytes, elem);
+          const std::string where = std::string(to_string(dtype)) + " hidden " +
+                                    std::to_string(hidden) + " W " + std::to_string(world) +
+                                    " Tmax " + std::to_string(max_tokens);
+          ASSERT_EQ(s.scale_units, f.scale_cols) << where;
+          ASSERT_EQ(s.scale_words, elem == 4) << where;
+          expect_parts_cover_units(s.scale_parts, s.scale_units, where + " scales");
+          const int64_t rows = s.slab_rows;
+          std::vector<int> seen(static_cast<size_t>(experts * rows * s.scale_units), 0);
+          for (int e = 0; e < experts; ++e) {
+            for (int64_t r = 0; r < rows; ++r) {
+              const int64_t first = ll_slab_column_first(s.scale_units, rows, e, e * rows + r);
+              for (int64_t i = 0; i < s.scale_units; ++i) {
+                const int64_t at = first + i * rows;
+                ASSERT_EQ(at, (e * s.scale_units + i) * rows + r) << where;
+                ++seen[static_cast<size_t>(at)];
+              }
+            }
+          }
+          for (size_t i = 0; i < seen.size(); ++i) ASSERT_EQ(seen[i], 1) << where << " " << i;
         }
       }
     }

@@ -127,7 +127,7 @@ TEST(OpConfig, DtypeEnumsOutOfRange) {
 TEST(OpConfig, EqualityCoversEveryField) {
   const OpConfig base = valid();
   EXPECT_TRUE(base == valid());
-  std::vector<OpConfig> changed(11, base);
+  std::vector<OpConfig> changed(12, base);
   changed[0].num_experts = 128;
   changed[1].hidden = 4096;
   changed[2].topk = 4;
@@ -139,6 +139,7 @@ TEST(OpConfig, EqualityCoversEveryField) {
   changed[8].low_latency = true;
   changed[9].ranks_per_node = 4;
   changed[10].copy_engine = true;
+  changed[11].column_major_scales = true;
   for (const OpConfig& c : changed) EXPECT_FALSE(c == base) << c.describe();
 }
 
@@ -173,6 +174,27 @@ TEST(OpConfig, DescribeNamesCopyEngineWhenSet) {
   EXPECT_EQ(c.describe().find("copy_engine"), std::string::npos) << c.describe();
   c.copy_engine = true;
   EXPECT_NE(c.describe().find(" copy_engine=1"), std::string::npos) << c.describe();
+}
+
+TEST(OpConfig, DescribeNamesColumnMajorScalesWhenSet) {
+  OpConfig c = valid();
+  c.low_latency = true;
+  EXPECT_EQ(c.describe().find("column_major_scales"), std::string::npos) << c.describe();
+  c.column_major_scales = true;
+  EXPECT_NE(c.describe().find(" column_major_scales=1"), std::string::npos) << c.describe();
+}
+
+// Column-major scales are a layout of decode mode's slabs: refused without low_latency, naming
+// both fields; taken with it whatever the dispatch dtype (bf16 has no scales to lay out).
+TEST(OpConfig, ColumnMajorScalesAreDecodeModeOnly) {
+  OpConfig c = valid();
+  c.column_major_scales = true;
+  expect_rejected(c, 8, {"column_major_scales=true with low_latency=false", "scale rows"});
+  c.low_latency = true;
+  for (DispatchDtype d : {DispatchDtype::bf16, DispatchDtype::fp8, DispatchDtype::fp4}) {
+    c.dispatch_dtype = d;
+    EXPECT_NO_THROW(check_config(c, 8)) << to_string(d);
+  }
 }
 
 // The copy-engine path is normal mode on one node: copy_engine=true with decode mode or with

@@ -245,6 +245,9 @@ CommandFn add_bench_command(CLI::App& app) {
   cmd->add_flag("--copy-engine", o.copy_engine,
                 "move the rows with the GPU's copy engines instead of SMs (OpConfig::copy_engine; "
                 "cuda backend, --mode normal, one node; default off, or MOE_EP_COPY_ENGINE)");
+  cmd->add_flag("--column-major-scales", o.column_major_scales,
+                "decode mode's recv_x_scales column by column, [E/W, scale_dim, W*Tmax] "
+                "(OpConfig::column_major_scales; --mode decode only; default off)");
   cmd->add_option("--decode-graph", o.decode_graph,
                   "leg|round, decode mode's timing (cuda): leg = each leg a graph of its own, "
                   "timed around its replay (a graph start included); round = dispatch and combine "

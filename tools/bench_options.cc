@@ -158,6 +158,7 @@ OpConfig op_config(const BenchPlan& plan, const DtypePair& pair) {
   config.low_latency = plan.mode == BenchMode::kDecode;
   config.ranks_per_node = plan.ranks_per_node;
   config.copy_engine = plan.copy_engine;
+  config.column_major_scales = plan.column_major_scales;
   return config;
 }
 
@@ -309,6 +310,14 @@ BenchPlan plan_bench(const BenchOptions& o) {
              plan.mode == BenchMode::kNormal && !several_nodes(plan)) {
     plan.copy_engine = true;  // what create_op resolves for these ops (resolve_copy_engine)
     plan.notes.push_back("copy engine from MOE_EP_COPY_ENGINE");
+  }
+  // --column-major-scales: a layout of decode mode's slabs (create_op refuses it elsewhere).
+  if (o.column_major_scales) {
+    if (plan.mode != BenchMode::kDecode) {
+      bad_argument("--column-major-scales", "on",
+                   "the layout is decode mode's recv_x_scales (--mode decode)");
+    }
+    plan.column_major_scales = true;
   }
   // --decode-graph leg|round: how decode mode times its legs (DecodeGraph).
   if (o.decode_graph == "round") {

@@ -35,6 +35,7 @@ struct BenchOptions {
   std::string baseline = "none";  // none|nccl (nccl: cuda backend only)
   std::vector<int> num_sms;       // --num-sms 8,16,32: one run per budget; empty: the default
   bool copy_engine = false;       // --copy-engine: OpConfig::copy_engine (cuda, normal, one node)
+  bool column_major_scales = false;  // --column-major-scales (decode mode)
   std::string decode_graph = "leg";  // --decode-graph leg|round (decode mode's timing)
   // Not a flag: under mpirun, the number of processes (one rank each, bench_world.h); 0 when the
   // ranks are threads of this process.
@@ -80,8 +81,9 @@ struct BenchPlan {
   int iters = 0;
   int warmup = 0;
   bool check = true;
-  bool nccl_baseline = false;  // --baseline nccl: time an NCCL all-to-allv of the same bytes
-  bool copy_engine = false;    // --copy-engine: every op takes the copy-engine path
+  bool nccl_baseline = false;        // --baseline nccl: time an NCCL all-to-allv of the same bytes
+  bool copy_engine = false;          // --copy-engine: every op takes the copy-engine path
+  bool column_major_scales = false;  // --column-major-scales: OpConfig::column_major_scales
   DecodeGraph decode_graph = DecodeGraph::kLeg;  // --decode-graph; kRound only in decode mode
   std::string json_path;
   std::vector<DtypePair> pairs;    // in the order they run and print (budgets outer, pairs inner)

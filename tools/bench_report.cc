@@ -103,6 +103,10 @@ void print_header(std::ostream& os, const BenchPlan& plan, const std::string& ba
     os << "# copy engine (--copy-engine): rows packed locally, moved by cudaMemcpyAsync per peer, "
           "then a done word per source (OpConfig::copy_engine)\n";
   }
+  if (plan.column_major_scales) {
+    os << "# column-major scales (--column-major-scales): recv_x_scales stored [E/W, scale_dim, "
+          "W*Tmax] (OpConfig::column_major_scales)\n";
+  }
   for (const std::string& note : plan.notes) os << "# " << note << "\n";
   os << "# times: median over iterations of the slowest rank; MB: bytes per rank per leg sent "
         "to other ranks (1e6); rel_err vs fp64 on the bf16 input\n";
@@ -207,6 +211,7 @@ void write_json(const std::string& path, const BenchPlan& plan, const std::strin
     record["combine_dtype"] = to_string(r.pair.combine);
     if (r.pair.num_sms != 0) record["num_sms"] = r.pair.num_sms;
     if (plan.copy_engine) record["copy_engine"] = true;
+    if (plan.column_major_scales) record["column_major_scales"] = true;
     if (plan.decode_graph == DecodeGraph::kRound) {
       record["decode_graph"] = to_string(plan.decode_graph);
     }

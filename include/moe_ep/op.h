@@ -62,6 +62,12 @@ struct OpConfig {
   // MOE_EP_COPY_ENGINE for ops that can use it. true is refused with low_latency or with
   // ranks_per_node below the world size. Ignored by the CPU backend.
   bool copy_engine = false;
+  // Decode mode's scale layout (docs/decode-mode.md#scales-column-major): false stores
+  // recv_x_scales row by row, [E/W, W*Tmax, scale_dim] as normal mode's scale rows; true stores
+  // each expert's scales column by column, [E/W, scale_dim, W*Tmax] (DeepEP's low-latency
+  // layout, which grouped GEMMs load with TMA). The same values either way; no effect without
+  // scales (bf16 dispatch). true is refused without low_latency.
+  bool column_major_scales = false;
 
   bool operator==(const OpConfig& other) const;
   std::string describe() const;
@@ -133,12 +139,15 @@ struct LowLatencyHandle {
 // after recv_count[e] are unspecified in recv_x and recv_x_scales and -1 in recv_src_*.
 struct LowLatencyDispatchResult {
   TensorView recv_x;          // [E/W, W*Tmax, H] bf16 / e4m3, or [E/W, W*Tmax, H/2] e2m1x2
-  TensorView recv_x_scales;   // [E/W, W*Tmax, scale_dim] fp32 / e8m0; undefined for bf16
+  TensorView recv_x_scales;   // [E/W, W*Tmax, scale_dim] fp32 / e8m0 (*); undefined for bf16
   TensorView recv_count;      // [E/W] int32: rows in use in each slab
   TensorView recv_src_rank;   // [E/W, W*Tmax] int32: sending rank, -1 past the count
   TensorView recv_src_token;  // [E/W, W*Tmax] int32: token index on that rank, -1 past the count
   TensorView recv_src_slot;   // [E/W, W*Tmax] int32: first top-k slot naming e, -1 past the count
   LowLatencyHandle handle;
+  // (*) Made with OpConfig::column_major_scales: recv_x_scales is [E/W, scale_dim, W*Tmax]
+  // instead, each scale column of a slab contiguous (docs/decode-mode.md#scale-layout).
+  bool scales_column_major = false;
   // Made with return_recv_hook: the views point at their fixed memory but hold nothing of this
   // call until low_latency_dispatch_recv(handle) has run (on the CUDA backend: on its stream).
   bool recv_pending = false;

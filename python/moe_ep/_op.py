@@ -43,6 +43,7 @@ class LowLatencyDispatchOutput(NamedTuple):
     after recv_count[e] are unspecified in recv_x and recv_x_scales and -1 in recv_src_*."""
     recv_x: Any          # [E/W, S, H] bf16 / float8_e4m3fn, or [E/W, S, H/2] uint8 e2m1 pairs
     recv_x_scales: Any   # [E/W, S, H/128] float32 / [E/W, S, H/32] e8m0; None for bf16
+    #                      (with column_major_scales: the same shape, S the contiguous axis)
     recv_count: Any      # [E/W] int32: rows in use in each slab
     recv_src_rank: Any   # [E/W, S] int32: the sending rank of each row
     recv_src_token: Any  # [E/W, S] int32: the token's index on that rank
@@ -186,6 +187,7 @@ class Op:
         self._num_experts = config["num_experts"]
         self._hidden = config["hidden"]
         self._dispatch_dtype = config["dispatch_dtype"]
+        self._column_major_scales = config["column_major_scales"]
 
     config = property(lambda self: self._op.config, doc="The op's configuration (dict).")
     rank = property(lambda self: self._op.rank)
@@ -197,6 +199,10 @@ class Op:
     copy_engine = property(lambda self: self._op.copy_engine,
                            doc="OpConfig::copy_engine as resolved at creation: whether normal "
                                "mode moves rows with the GPU's copy engines (CUDA backend).")
+    column_major_scales = property(
+        lambda self: self._column_major_scales,
+        doc="OpConfig::column_major_scales: whether low_latency_dispatch's recv_x_scales is "
+            "stored column by column (DeepEP's layout; the view's shape is the same).")
 
     def __repr__(self):
         c = self.config
@@ -345,9 +351,14 @@ class Op:
         recv, handle = self._op.low_latency_dispatch(*args, stream=stream,
                                                      raw_bits=not as_torch, return_recv_hook=hook)
         x_view, scale_view = self._wire_views(as_torch)
+        scales = _from_buffer(recv["recv_x_scales"], as_torch, scale_view)
+        if scales is not None and self._column_major_scales:
+            # The op returns the storage, [E/W, scale_dim, S]; callers get DeepEP's view of it,
+            # [E/W, S, scale_dim] with the S axis contiguous (a view, not a copy).
+            scales = scales.swapaxes(1, 2)
         out = LowLatencyDispatchOutput(
             _from_buffer(recv["recv_x"], as_torch, x_view),
-            _from_buffer(recv["recv_x_scales"], as_torch, scale_view),
+            scales,
             *(_from_buffer(recv[k], as_torch) for k in (
                 "recv_count", "recv_src_rank", "recv_src_token", "recv_src_slot")))
         if hook:
@@ -438,7 +449,8 @@ def _communicator(group):
 def get_op(group, num_experts: int, top_k: int, hidden: int, max_tokens_per_rank: int,
            dispatch_dtype="auto", combine_dtype="auto", weight_dtype="bf16",
            instance_id: int = 0, num_sms: int = 0, low_latency: bool = False,
-           ranks_per_node: int = 0, copy_engine: bool = False) -> Op:
+           ranks_per_node: int = 0, copy_engine: bool = False,
+           column_major_scales: bool = False) -> Op:
     """The op for this configuration, from the LRU cache (capacity 4) or created collectively.
 
     group: a torch.distributed ProcessGroup (CUDA backend, device torch.cuda.current_device())
@@ -455,7 +467,10 @@ def get_op(group, num_experts: int, top_k: int, hidden: int, max_tokens_per_rank
     copy_engine: OpConfig::copy_engine, normal mode's rows move by the GPU's copy engines
     instead of SM stores (CUDA backend, one node, not with low_latency=True: those combinations
     are refused on every rank; ignored on CPU); False takes MOE_EP_COPY_ENGINE for the ops that
-    can use it; True or False only. The integers must be ints in int32 range. A configuration this
+    can use it; True or False only. column_major_scales: OpConfig::column_major_scales, decode
+    mode's recv_x_scales stored column by column as DeepEP's low-latency dispatch returns them
+    (the view keeps the shape [E/W, S, scale_dim], with strides (S * scale_dim, 1, S)); only
+    with low_latency=True (else refused on every rank); True or False only. The integers must be ints in int32 range. A configuration this
     rank cannot even build (a bad dtype name, hidden=128.7) is told to the other ranks, whose
     creation fails at once with the reason; the next creation works.
     """
@@ -467,6 +482,7 @@ def get_op(group, num_experts: int, top_k: int, hidden: int, max_tokens_per_rank
             ("num_sms", num_sms), ("ranks_per_node", ranks_per_node))]
         low_latency_ = _bool_arg("low_latency", low_latency)
         copy_engine_ = _bool_arg("copy_engine", copy_engine)
+        column_major_ = _bool_arg("column_major_scales", column_major_scales)
         res = resolve_dtypes(weight_dtype, dispatch_dtype, combine_dtype, stacklevel=3)
     except Exception as e:  # noqa: BLE001 -- any refusal of this rank is the creation's
         _reject_create(comm, e)
@@ -479,7 +495,7 @@ def get_op(group, num_experts: int, top_k: int, hidden: int, max_tokens_per_rank
     cache, cache_lock = entry
     with cache_lock:  # the C++ cache is one rank's and not thread-safe; see clear_op_cache
         raw = cache.get(comm, e_, h_, k_, t_, res.dispatch.value, res.combine.value, instance_,
-                        sms_, low_latency_, nodes_, copy_engine_)
+                        sms_, low_latency_, nodes_, copy_engine_, column_major_)
     with _lock:
         op = _wrappers.get(raw.uid)
         if op is None:

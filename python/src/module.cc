@@ -150,6 +150,7 @@ py::dict config_dict(const OpConfig& c) {
   out["low_latency"] = c.low_latency;
   out["ranks_per_node"] = c.ranks_per_node;
   out["copy_engine"] = c.copy_engine;
+  out["column_major_scales"] = c.column_major_scales;
   return out;
 }
 
@@ -362,7 +363,8 @@ std::shared_ptr<Op> released_without_gil(std::shared_ptr<Op> op) {
 
 OpConfig make_config(int num_experts, int hidden, int top_k, int max_tokens_per_rank,
                      const std::string& dispatch, const std::string& combine, int instance_id,
-                     int num_sms, bool low_latency, int ranks_per_node, bool copy_engine) {
+                     int num_sms, bool low_latency, int ranks_per_node, bool copy_engine,
+                     bool column_major_scales) {
   OpConfig c;
   c.num_experts = num_experts;
   c.hidden = hidden;
@@ -375,6 +377,7 @@ OpConfig make_config(int num_experts, int hidden, int top_k, int max_tokens_per_
   c.low_latency = low_latency;
   c.ranks_per_node = ranks_per_node;
   c.copy_engine = copy_engine;
+  c.column_major_scales = column_major_scales;
   return c;
 }
 
@@ -547,18 +550,19 @@ PYBIND11_MODULE(_C, m) {
           [](OpCache& cache, const std::shared_ptr<Communicator>& comm, int num_experts, int hidden,
              int top_k, int max_tokens_per_rank, const std::string& dispatch,
              const std::string& combine, int instance_id, int num_sms, bool low_latency,
-             int ranks_per_node, bool copy_engine) {
+             int ranks_per_node, bool copy_engine, bool column_major_scales) {
             if (!comm) throw InvalidArgument("group is None; a communicator is required");
-            const OpConfig config =
-                make_config(num_experts, hidden, top_k, max_tokens_per_rank, dispatch, combine,
-                            instance_id, num_sms, low_latency, ranks_per_node, copy_engine);
+            const OpConfig config = make_config(
+                num_experts, hidden, top_k, max_tokens_per_rank, dispatch, combine, instance_id,
+                num_sms, low_latency, ranks_per_node, copy_engine, column_major_scales);
             py::gil_scoped_release release;  // collective create: other ranks may be threads
             return released_without_gil(cache.get(comm, config));
           },
           py::arg("comm"), py::arg("num_experts"), py::arg("hidden"), py::arg("top_k"),
           py::arg("max_tokens_per_rank"), py::arg("dispatch_dtype"), py::arg("combine_dtype"),
           py::arg("instance_id"), py::arg("num_sms") = 0, py::arg("low_latency") = false,
-          py::arg("ranks_per_node") = 0, py::arg("copy_engine") = false)
+          py::arg("ranks_per_node") = 0, py::arg("copy_engine") = false,
+          py::arg("column_major_scales") = false)
       .def_property_readonly("size", &OpCache::size)
       .def_property_readonly("capacity", &OpCache::capacity)
       .def_property_readonly("eviction_log", &OpCache::eviction_log)

@@ -6,10 +6,19 @@
 namespace moe_ep {
 namespace {
 
-constexpr const char* kConfigFieldNames[kNumConfigFields] = {
-    "world_size",     "num_experts",   "hidden",      "topk",    "max_tokens_per_rank",
-    "dispatch_dtype", "combine_dtype", "instance_id", "num_sms", "low_latency",
-    "ranks_per_node", "copy_engine"};
+constexpr const char* kConfigFieldNames[kNumConfigFields] = {"world_size",
+                                                             "num_experts",
+                                                             "hidden",
+                                                             "topk",
+                                                             "max_tokens_per_rank",
+                                                             "dispatch_dtype",
+                                                             "combine_dtype",
+                                                             "instance_id",
+                                                             "num_sms",
+                                                             "low_latency",
+                                                             "ranks_per_node",
+                                                             "copy_engine",
+                                                             "column_major_scales"};
 
 // A field's value as a message shows it: dtype enums by name when valid.
 std::string field_text(int field, int64_t value) {
@@ -73,7 +82,8 @@ ConfigValues config_values(const OpConfig& c, int world_size) {
           c.num_sms,
           c.low_latency ? 1 : 0,
           c.ranks_per_node,
-          c.copy_engine ? 1 : 0};
+          c.copy_engine ? 1 : 0,
+          c.column_major_scales ? 1 : 0};
 }
 
 const char* config_field_name(int field) {

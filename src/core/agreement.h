@@ -66,7 +66,7 @@ void settle_step(int rank, const StepVerdict& mine, const std::vector<RankVerdic
 
 // The fields that identify a configuration across ranks, in a fixed order, as int64 values
 // (a fingerprint that fits device memory as well as host memory).
-inline constexpr int kNumConfigFields = 12;
+inline constexpr int kNumConfigFields = 13;
 using ConfigValues = std::array<int64_t, kNumConfigFields>;
 ConfigValues config_values(const OpConfig& config, int world_size);
 const char* config_field_name(int field);

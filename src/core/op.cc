@@ -97,7 +97,7 @@ bool OpConfig::operator==(const OpConfig& other) const {
          dispatch_dtype == other.dispatch_dtype && combine_dtype == other.combine_dtype &&
          instance_id == other.instance_id && num_sms == other.num_sms &&
          low_latency == other.low_latency && ranks_per_node == other.ranks_per_node &&
-         copy_engine == other.copy_engine;
+         copy_engine == other.copy_engine && column_major_scales == other.column_major_scales;
 }
 
 std::string OpConfig::describe() const {
@@ -111,6 +111,7 @@ std::string OpConfig::describe() const {
   if (low_latency) os << " low_latency=1";
   if (ranks_per_node != 0) os << " ranks_per_node=" << ranks_per_node;
   if (copy_engine) os << " copy_engine=1";
+  if (column_major_scales) os << " column_major_scales=1";
   return os.str();
 }
 
@@ -177,6 +178,10 @@ void check_config(const OpConfig& config, int world_size) {
                      ": the copy-engine path works on one node only (ranks_per_node=0 or ",
                      world_size, ")");
   }
+  MOE_EP_CHECK_ARG(!config.column_major_scales || config.low_latency,
+                   "column_major_scales=true with low_latency=false: the layout is decode mode's "
+                   "(its slabs of W * max_tokens_per_rank rows per expert); normal mode returns "
+                   "scale rows");
 }
 
 bool resolve_copy_engine(const OpConfig& config, int world_size, const Knobs& knobs) {

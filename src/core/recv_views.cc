@@ -42,9 +42,13 @@ LowLatencyDispatchResult make_low_latency_result(const OpConfig& config, int wor
   r.handle = handle;
   r.recv_x = TensorView::tensor3(b.payload, wire.payload_type, local_experts, slab_rows,
                                  wire.payload_cols, dev, idx);
+  r.scales_column_major = config.column_major_scales;
   if (wire.has_scales()) {
-    r.recv_x_scales = TensorView::tensor3(b.scales, wire.scale_type, local_experts, slab_rows,
-                                          wire.scale_cols, dev, idx);
+    r.recv_x_scales = config.column_major_scales
+                          ? TensorView::tensor3(b.scales, wire.scale_type, local_experts,
+                                                wire.scale_cols, slab_rows, dev, idx)
+                          : TensorView::tensor3(b.scales, wire.scale_type, local_experts, slab_rows,
+                                                wire.scale_cols, dev, idx);
   }
   r.recv_count = TensorView::vector(b.count, ScalarType::kInt32, local_experts, dev, idx);
   r.recv_src_rank =

@@ -30,8 +30,10 @@ DispatchResult make_dispatch_result(const OpConfig& config, int world_size,
 // Where one rank's decode-mode slabs live: per local expert e, W*Tmax rows starting at row
 // e * W*Tmax of each array.
 struct LowLatencyRecvBuffers {
-  const void* payload = nullptr;       // [E/W, W*Tmax, payload bytes]
-  const void* scales = nullptr;        // [E/W, W*Tmax, scale bytes], unused without scales
+  const void* payload = nullptr;  // [E/W, W*Tmax, payload bytes]
+  // [E/W, W*Tmax, scale bytes], or [E/W, scale_dim, W*Tmax] elements with
+  // OpConfig::column_major_scales (SlabScales); unused without scales
+  const void* scales = nullptr;
   const int32_t* count = nullptr;      // [E/W]
   const int32_t* src_rank = nullptr;   // [E/W, W*Tmax]
   const int32_t* src_token = nullptr;  // [E/W, W*Tmax]

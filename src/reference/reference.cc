@@ -7,8 +7,10 @@
 #include "reference/reference.h"
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 
+#include "core/slab_scales.h"
 #include "formats/codecs.h"
 #include "moe_ep/errors.h"
 
@@ -374,6 +376,22 @@ LowLatencyOutputs copy_low_latency_outputs(const LowLatencyDispatchResult& resul
   out.recv_src_rank = copy_view<int32_t>(result.recv_src_rank, copy);
   out.recv_src_token = copy_view<int32_t>(result.recv_src_token, copy);
   out.recv_src_slot = copy_view<int32_t>(result.recv_src_slot, copy);
+  if (result.scales_column_major && result.recv_x_scales.defined()) {
+    // [E/W, scale_dim, W*Tmax] -> rows, [E/W, W*Tmax, scale_dim], through the op's own getter.
+    const TensorView& v = result.recv_x_scales;
+    const SlabScales columns{v.shape[2], v.shape[1], true};
+    const int64_t elem = element_size(v.dtype);
+    std::vector<uint8_t> rows(out.recv_x_scales.size());
+    for (int64_t e = 0; e < v.shape[0]; ++e) {
+      for (int64_t r = 0; r < columns.slab_rows; ++r) {
+        for (int64_t j = 0; j < columns.cols; ++j) {
+          std::memcpy(rows.data() + ((e * columns.slab_rows + r) * columns.cols + j) * elem,
+                      out.recv_x_scales.data() + columns.at(e, r, j) * elem, elem);
+        }
+      }
+    }
+    out.recv_x_scales = std::move(rows);
+  }
   // Rows at or past a slab's count are unspecified: zero them.
   const int64_t slabs = static_cast<int64_t>(out.recv_count.size());
   const int64_t all_rows = slabs * out.slab_rows;

@@ -94,10 +94,12 @@ std::vector<uint16_t> flat_combine(const Shape& shape, CombineDtype dtype,
 // and recv_x_scales (the op leaves them unspecified; copy_low_latency_outputs zeroes them) and -1
 // in the source arrays (the op writes -1 there).
 struct LowLatencyOutputs {
-  int64_t slab_rows = 0;                // W * Tmax, rows per slab
-  std::vector<int32_t> recv_count;      // [E/W]
-  std::vector<uint8_t> recv_x;          // [E/W, W*Tmax, payload bytes per row]
-  std::vector<uint8_t> recv_x_scales;   // [E/W, W*Tmax, scale bytes per row] raw bytes
+  int64_t slab_rows = 0;            // W * Tmax, rows per slab
+  std::vector<int32_t> recv_count;  // [E/W]
+  std::vector<uint8_t> recv_x;      // [E/W, W*Tmax, payload bytes per row]
+  // [E/W, W*Tmax, scale bytes per row] raw bytes, rows whatever the op's scale layout
+  // (copy_low_latency_outputs turns column-major scales into rows)
+  std::vector<uint8_t> recv_x_scales;
   std::vector<int32_t> recv_src_rank;   // [E/W, W*Tmax]
   std::vector<int32_t> recv_src_token;  // [E/W, W*Tmax]
   std::vector<int32_t> recv_src_slot;   // [E/W, W*Tmax]
@@ -140,7 +142,8 @@ std::vector<T> copy_view(const TensorView& v, const CopyBytes& copy = host_copy)
 DispatchOutputs copy_outputs(const DispatchResult& result, const CopyBytes& copy = host_copy);
 
 // Every output of one rank's low-latency dispatch, copied whole, with the unspecified payload and
-// scale rows (at or past each slab's count) zeroed so that whole arrays compare.
+// scale rows (at or past each slab's count) zeroed so that whole arrays compare. Column-major
+// scales (result.scales_column_major) come back as rows, so a misplaced scale shows.
 LowLatencyOutputs copy_low_latency_outputs(const LowLatencyDispatchResult& result,
                                            const CopyBytes& copy = host_copy);
 

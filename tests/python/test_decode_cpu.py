@@ -35,9 +35,11 @@ def ll_config(d, c, e=E, k=K, h=H, max_t=MAX_T, ranks_per_node=0):
 
 
 def ll_op(world, rank, cfg, **kwargs):
+    """The op of cfg (ll_config's, with "column_major": True for column-major scales)."""
     return moe_ep.get_op(world.communicator(rank), cfg["E"], cfg["K"], cfg["H"], cfg["max_t"],
                          dispatch_dtype=cfg["d"], combine_dtype=cfg["c"], low_latency=True,
-                         ranks_per_node=cfg.get("L", 0), **kwargs)
+                         ranks_per_node=cfg.get("L", 0),
+                         column_major_scales=cfg.get("column_major", False), **kwargs)
 
 
 def ll_snapshot(recv):

@@ -27,6 +27,7 @@
 #include "core/arg_checks.h"
 #include "core/check.h"
 #include "core/recv_views.h"
+#include "core/slab_scales.h"
 #include "formats/codecs.h"
 
 namespace moe_ep::cpu_backend {
@@ -138,6 +139,9 @@ void CpuOp::receive_low_latency() {
   const int64_t slab_rows = static_cast<int64_t>(world_size_) * max_tokens;       // rows per slab
   const int64_t payload = payload_bytes(config_.dispatch_dtype, config_.hidden);  // bytes per row
   const int64_t scales = scale_bytes(config_.dispatch_dtype, config_.hidden);     // bytes per row
+  const int64_t scale_cols = scale_dim(config_.dispatch_dtype, config_.hidden);   // per row
+  const SlabScales slab_scales{slab_rows, scale_cols, config_.column_major_scales};
+  const int64_t scale_elem = scale_cols > 0 ? scales / scale_cols : 0;  // bytes
 
   std::fill(mine.slab_count.begin(), mine.slab_count.end(), 0);
   std::fill(mine.slab_src_rank.begin(), mine.slab_src_rank.end(), -1);
@@ -171,12 +175,13 @@ void CpuOp::receive_low_latency() {
           slot_rows[slot] = slot_rows[first];
           continue;
         }
-        const int64_t row = e * slab_rows + mine.slab_count[e]++;
+        const int64_t slab_row = mine.slab_count[e]++;
+        const int64_t row = e * slab_rows + slab_row;
         std::memcpy(mine.slab_payload.data() + row * payload,
                     mine.stage_payload.data() + stage_row * payload, payload);
-        if (scales > 0) {
-          std::memcpy(mine.slab_scales.data() + row * scales,
-                      mine.stage_scales.data() + stage_row * scales, scales);
+        for (int64_t j = 0; j < scale_cols; ++j) {
+          std::memcpy(mine.slab_scales.data() + slab_scales.at(e, slab_row, j) * scale_elem,
+                      mine.stage_scales.data() + stage_row * scales + j * scale_elem, scale_elem);
         }
         mine.slab_src_rank[row] = src;
         mine.slab_src_token[row] = token;

@@ -352,7 +352,7 @@ struct LowLatencyParams {
   uint64_t* token_mask;       // [Tmax] destination ranks of this rank's tokens
   int32_t* slot_rows;         // [W, Tmax, K] slab row (e * W*Tmax + row) of each local slot
   char* slab_payload;         // [E/W, W*Tmax, payload bytes]
-  char* slab_scales;          // [E/W, W*Tmax, scale bytes]
+  char* slab_scales;          // [E/W, W*Tmax, scale bytes], or columns (column_scale_bytes)
   int32_t* count;             // [E/W]
   int32_t* src_rank;          // [E/W, W*Tmax]
   int32_t* src_token;         // [E/W, W*Tmax]
@@ -377,6 +377,9 @@ struct LowLatencyParams {
   char* msg_out;                  // [N - 1][msg.bytes]
   const char* msg_in;             // [N - 1][msg.bytes]
   unsigned int* forward_counter;  // [1] ll_forward's last-block-done counter
+  // OpConfig::column_major_scales (core/slab_scales.h): the bytes of one scale (4 fp32, 1 e8m0);
+  // 0 for scale rows
+  int32_t column_scale_bytes;
 };
 
 cudaError_t launch_step(const StepParams& p, cudaStream_t stream);

@@ -75,8 +75,14 @@ cudaError_t launch_ll_expand(DispatchDtype dtype, const LowLatencyParams& p, int
     // No more blocks than the most work items a call can have: the blocks wait for the peers'
     // rows, and idle waiting blocks would only hold SMs (other ranks' sends among them, when
     // ranks share a GPU).
-    const int blocks = blocks_for_warp_items(ll_expand_items(p).most_items(), num_blocks);
-    return launch_following(ll_expand_kernel<F>, blocks, Policy::kDataThreads, stream, p);
+    const int blocks =
+        blocks_for_warp_items(ll_expand_items(p, p.column_scale_bytes).most_items(), num_blocks);
+    if constexpr (F::kBlock != 0) {  // formats with scales: the column-major kernel too
+      if (p.column_scale_bytes > 0) {
+        return launch_following(ll_expand_kernel<F, true>, blocks, Policy::kDataThreads, stream, p);
+      }
+    }
+    return launch_following(ll_expand_kernel<F, false>, blocks, Policy::kDataThreads, stream, p);
   });
 }
 
@@ -113,7 +119,10 @@ cudaError_t preload_ll_kernels() {
       if (s == cudaSuccess) s = load_kernel(ll_send_kernel<F, false, false>);
       if (s == cudaSuccess) s = load_kernel(ll_send_kernel<F, true, true>);
       if (s == cudaSuccess) s = load_kernel(ll_send_kernel<F, false, true>);
-      if (s == cudaSuccess) s = load_kernel(ll_expand_kernel<F>);
+      if (s == cudaSuccess) s = load_kernel(ll_expand_kernel<F, false>);
+      if constexpr (F::kBlock != 0) {
+        if (s == cudaSuccess) s = load_kernel(ll_expand_kernel<F, true>);
+      }
       return s;
     });
   }

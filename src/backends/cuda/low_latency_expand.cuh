@@ -69,9 +69,34 @@ __device__ __forceinline__ void ll_store_part(U* dst, int64_t units, int64_t par
   }
 }
 
+// Where an expand item stores its part: slab rows of `units` units (payload, scale rows), or
+// column-major scales (`columns`, a unit being one scale; LlExpandItems, ll_slab_column_first).
+template <typename U>
+struct LlSlabStore {
+  U* slab;            // expert 0's row 0
+  int64_t units;      // of a row
+  int64_t slab_rows;  // W * Tmax
+  bool columns;
+
+  // Part `part` of v (ll_load_part's) into local expert e's row `row` (e * slab_rows + its row).
+  __device__ __forceinline__ void operator()(int e, int64_t row, int64_t part, int lane,
+                                             const U (&v)[kLlCopyUnroll]) const {
+    if (!columns) {
+      ll_store_part(slab + row * units, units, part, lane, v);
+      return;
+    }
+    const int64_t first = ll_slab_column_first(units, slab_rows, e, row);
+#pragma unroll
+    for (int u = 0; u < kLlCopyUnroll; ++u) {
+      const int64_t i = ll_copy_unit(part, lane, u);
+      if (i < units) slab[first + i * slab_rows] = v[u];
+    }
+  }
+};
+
 // One expand work item: part `part` (units of U) of token t of source s, copied from its stage
-// row (`src`, `units` units) into the slab row of every local expert the token names (`slab`:
-// expert 0's row 0, rows `units` apart). Everything the item reads is issued before any of
+// row (`src`, `store.units` units) into the slab row of every local expert the token names
+// (`store`). Everything the item reads is issued before any of
 // it is used: the token's flag, its slots' local ids and ranks, and the part (read whether or
 // not the token came; the stage row exists either way). The slab row of slot k is the number
 // of the token's earlier sources' tokens naming its expert plus the slot's rank (both sent with
@@ -79,7 +104,7 @@ __device__ __forceinline__ void ll_store_part(U* dst, int64_t units, int64_t par
 // slot_rows and its experts' sources (one item per token does).
 template <typename U>
 __device__ __forceinline__ void ll_expand_item(const LowLatencyParams& p, uint64_t step, int s,
-                                               int64_t t, const U* src, U* slab, int64_t units,
+                                               int64_t t, const U* src, const LlSlabStore<U>& store,
                                                int64_t part, bool record, int lane) {
   const RankInfo& info = p.info;
   const char* self = p.peers.base[info.rank];
@@ -99,7 +124,7 @@ __device__ __forceinline__ void ll_expand_item(const LowLatencyParams& p, uint64
     }
   }
   U v[kLlCopyUnroll];
-  ll_load_part(src, units, part, lane, v);
+  ll_load_part(src, store.units, part, lane, v);
   if (flag != (step << 1 | 1)) return;  // warp-uniform: token t of s did not come here
   int64_t row[2] = {-1, -1};
 #pragma unroll
@@ -132,18 +157,24 @@ __device__ __forceinline__ void ll_expand_item(const LowLatencyParams& p, uint64
          firsts &= firsts - 1) {
       const int k = __ffs(firsts) - 1;
       const int64_t r = __shfl_sync(0xffffffffu, row[h], k);
-      ll_store_part(slab + r * units, units, part, lane, v);
+      const int e = store.columns ? __shfl_sync(0xffffffffu, id[h], k) : 0;  // warp-uniform
+      store(e, r, part, lane, v);
     }
   }
 }
 
-// The expand's items (low_latency_items.h) of the op's shape.
-__host__ __device__ inline LlExpandItems ll_expand_items(const LowLatencyParams& p) {
+// The expand's items (low_latency_items.h) of the op's shape; column_scale_bytes is
+// p.column_scale_bytes, or 0 where the code is that of scale rows.
+__host__ __device__ inline LlExpandItems ll_expand_items(const LowLatencyParams& p,
+                                                         int64_t column_scale_bytes) {
   return LlExpandItems::of(p.info.world_size, p.info.max_tokens, p.info.experts_per_rank,
-                           p.layout.dispatch_payload_bytes, p.layout.dispatch_scale_bytes);
+                           p.layout.dispatch_payload_bytes, p.layout.dispatch_scale_bytes,
+                           column_scale_bytes);
 }
 
-template <typename F>
+// kColumnScales: the op's scales are column-major (p.column_scale_bytes > 0, formats with
+// scales only); a template argument so that the scale rows' kernel stays as it was.
+template <typename F, bool kColumnScales>
 __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm)
     ll_expand_kernel(LowLatencyParams p) {
   // One node, right after this call's ll_send: no wait for ll_send's grid. Every row, flag, count
@@ -181,7 +212,7 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
   // Work items (LlExpandItems), spread over every warp of the grid, none waiting for another:
   // fills write an expert's count (the sum of the sources' counts) and -1 sources past it;
   // copies are (token of any source, part), the tokens of all sources one after another.
-  const LlExpandItems shape = ll_expand_items(p);
+  const LlExpandItems shape = ll_expand_items(p, kColumnScales ? p.column_scale_bytes : 0);
   const int64_t slab_rows = shape.slab_rows;
   const int64_t fills = shape.fills;
   const int64_t parts = shape.parts;
@@ -209,17 +240,20 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
     const int64_t t = token - first_token[s];
     const char* stage = self + p.layout.ll_stage_offset(parity, s, t);
     if (part < parts) {
-      ll_expand_item(p, step, s, t, reinterpret_cast<const uint4*>(stage),
-                     reinterpret_cast<uint4*>(p.slab_payload), shape.vectors, part, part == 0,
+      const LlSlabStore<uint4> store{reinterpret_cast<uint4*>(p.slab_payload), shape.vectors,
+                                     slab_rows, false};
+      ll_expand_item(p, step, s, t, reinterpret_cast<const uint4*>(stage), store, part, part == 0,
                      c.lane);
     } else if (shape.scale_words) {
-      ll_expand_item(p, step, s, t, reinterpret_cast<const uint32_t*>(stage + payload_bytes),
-                     reinterpret_cast<uint32_t*>(p.slab_scales), shape.scale_units, part - parts,
-                     false, c.lane);
+      const LlSlabStore<uint32_t> store{reinterpret_cast<uint32_t*>(p.slab_scales),
+                                        shape.scale_units, slab_rows, kColumnScales};
+      ll_expand_item(p, step, s, t, reinterpret_cast<const uint32_t*>(stage + payload_bytes), store,
+                     part - parts, false, c.lane);
     } else {
-      ll_expand_item(p, step, s, t, reinterpret_cast<const uint8_t*>(stage + payload_bytes),
-                     reinterpret_cast<uint8_t*>(p.slab_scales), shape.scale_units, part - parts,
-                     false, c.lane);
+      const LlSlabStore<uint8_t> store{reinterpret_cast<uint8_t*>(p.slab_scales), shape.scale_units,
+                                       slab_rows, kColumnScales};
+      ll_expand_item(p, step, s, t, reinterpret_cast<const uint8_t*>(stage + payload_bytes), store,
+                     part - parts, false, c.lane);
     }
   }
 }

@@ -10,6 +10,7 @@
 
 #include "backends/cuda/policy.h"
 #include "core/host_device.h"
+#include "core/slab_scales.h"
 
 namespace moe_ep::cuda_backend {
 
@@ -29,22 +30,26 @@ MOE_EP_HD int64_t ll_copy_unit(int64_t part, int lane, int u) {
 // The expand's work items (ll_expand_kernel): fills, (local expert, chunk of kFillRows slab rows)
 // pairs, then per_token items for each token received: `parts` parts of kLlCopyPart 16-byte
 // payload vectors (rows are whole 16-byte units), then `scale_parts` parts of 4-byte scale words
-// (of bytes when a scale row is not whole words, as mxfp4's e8m0 rows can be). The launcher
-// sizes the grid for the most items a call can have (every source sends Tmax tokens).
+// (of bytes when a scale row is not whole words, as mxfp4's e8m0 rows can be). With column-major
+// scales (OpConfig::column_major_scales, core/slab_scales.h) a scale unit is one scale, since
+// each goes to its own column: 4-byte words for fp32, bytes for e8m0. The launcher sizes the
+// grid for the most items a call can have (every source sends Tmax tokens).
 struct LlExpandItems {
   static constexpr int64_t kFillRows = 256;
   int64_t slab_rows;  // W * Tmax: rows of an expert's slab, and the most tokens a call receives
   int64_t fill_chunks, fills, vectors, scale_units, parts, scale_parts, per_token;
   bool scale_words;
 
+  // column_scale_bytes: 0 for scale rows, else the bytes of one scale (column-major scales).
   MOE_EP_HD static LlExpandItems of(int world_size, int max_tokens, int experts_per_rank,
-                                    int64_t payload_bytes, int64_t scale_bytes) {
+                                    int64_t payload_bytes, int64_t scale_bytes,
+                                    int64_t column_scale_bytes = 0) {
     LlExpandItems s{};
     s.slab_rows = static_cast<int64_t>(world_size) * max_tokens;
     s.fill_chunks = (s.slab_rows + kFillRows - 1) / kFillRows;
     s.fills = experts_per_rank * s.fill_chunks;
     s.vectors = payload_bytes / 16;
-    s.scale_words = scale_bytes % 4 == 0;
+    s.scale_words = column_scale_bytes > 0 ? column_scale_bytes == 4 : scale_bytes % 4 == 0;
     s.scale_units = s.scale_words ? scale_bytes / 4 : scale_bytes;
     s.parts = (s.vectors + kLlCopyPart - 1) / kLlCopyPart;
     s.scale_parts = (s.scale_units + kLlCopyPart - 1) / kLlCopyPart;
@@ -81,6 +86,15 @@ struct LlExpandItems {
     return c;
   }
 };
+
+// Where the expand stores column-major scales (LlSlabStore): scale i of local expert e's slab
+// row `row` (e * slab_rows + its row r), one of `units` scales a row, goes to element
+// first + i * slab_rows of the array, SlabScales's (e, r, i). (Rows, payload and scale rows,
+// go to row * units + i.)
+MOE_EP_HD int64_t ll_slab_column_first(int64_t units, int64_t slab_rows, int e, int64_t row) {
+  const SlabScales at{slab_rows, units, true};
+  return at.at(e, row - e * slab_rows, 0);
+}
 
 // The decode combine's largest number of reduce items when its slices are split into parts
 // (LlCombineItems::parts): about the warps of the default budget (32 SMs, 2 blocks of 16 warps).

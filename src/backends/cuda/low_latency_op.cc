@@ -42,6 +42,10 @@ LowLatencyParams CudaOp::ll_params(CallKind kind, bool host_rejected) const {
   p.slot_rows = ll_slot_rows_.get();
   p.slab_payload = ll_slab_payload_.get();
   p.slab_scales = ll_slab_scales_.get();
+  const int64_t scales_per_row = scale_dim(config_.dispatch_dtype, config_.hidden);
+  p.column_scale_bytes = config_.column_major_scales && scales_per_row > 0
+                             ? static_cast<int32_t>(layout_.dispatch_scale_bytes / scales_per_row)
+                             : 0;
   p.count = ll_count_.get();
   p.src_rank = ll_src_rank_.get();
   p.src_token = ll_src_token_.get();
