@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "testing/harness.h"
+#include "testing/log_capture.h"
 #include "testing/low_latency.h"
 
 namespace moe_ep {
@@ -192,6 +193,48 @@ TEST(ColumnMajorScales, RanksMustAgree) {
                           {"configuration differs between ranks", "column_major_scales=1 on rank 1",
                            "column_major_scales=0 on rank 0"},
                           rank);
+  }
+}
+
+// Columns that do not start at 16-byte boundaries (W * Tmax scales of 4 or 1 bytes) cannot be
+// TMA-loaded in place: rank 0 warns once per op, naming the sizes; aligned ones, rows and bf16
+// say nothing.
+class ColumnMajorScalesLog : public testing::LogTest {};
+
+TEST_F(ColumnMajorScalesLog, UnalignedColumnsWarnOnceOnRankZero) {
+  struct Case {
+    DispatchDtype dispatch;
+    int world_size, max_tokens;
+    bool columns, warns;
+  };
+  for (const Case& k : {Case{DispatchDtype::fp8, 3, 5, true, true},       // 60 bytes
+                        Case{DispatchDtype::fp8, 2, 8, true, false},      // 64
+                        Case{DispatchDtype::fp4, 2, 8, true, false},      // 16
+                        Case{DispatchDtype::fp4, 2, 6, true, true},       // 12
+                        Case{DispatchDtype::bf16, 3, 5, true, false},     // no scales
+                        Case{DispatchDtype::fp8, 3, 5, false, false}}) {  // rows
+    SCOPED_TRACE(std::string(to_string(k.dispatch)) + " W=" + std::to_string(k.world_size) +
+                 " Tmax=" + std::to_string(k.max_tokens) + (k.columns ? " columns" : " rows"));
+    InputSpec spec =
+        column_spec(k.world_size, 6, 2, 256, k.max_tokens, k.dispatch, CombineDtype::bf16);
+    spec.config.column_major_scales = k.columns;
+    const size_t before = testing::log_snapshot().size();
+    testing::run_ranks(k.world_size, [&](int, const std::shared_ptr<Communicator>& comm) {
+      create_op(comm, spec.config);
+    });
+    const std::vector<testing::LogRecord> all = testing::log_snapshot();
+    int warnings = 0;
+    for (size_t i = before; i < all.size(); ++i) {
+      if (all[i].message.find("column_major_scales columns") == std::string::npos) continue;
+      ++warnings;
+      EXPECT_EQ(all[i].level, LogLevel::kWarn);
+      const int64_t bytes = static_cast<int64_t>(k.world_size) * k.max_tokens *
+                            (k.dispatch == DispatchDtype::fp8 ? 4 : 1);
+      EXPECT_NE(all[i].message.find(std::to_string(bytes) + " bytes, not a multiple of 16"),
+                std::string::npos)
+          << all[i].message;
+    }
+    EXPECT_EQ(warnings, k.warns ? 1 : 0);
   }
 }
 

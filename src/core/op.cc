@@ -13,6 +13,7 @@
 
 #include "backends/cpu/backend.h"
 #include "core/check.h"
+#include "core/log.h"
 #include "moe_ep/config.h"
 
 #if MOE_EP_WITH_CUDA
@@ -57,6 +58,23 @@ void check_row_bytes_for(int hidden, Dtype dtype, const char* leg) {
                    "-byte rows in ", to_string(dtype), " (", leg, "); rows must be whole ",
                    kRowAlignBytes, "-byte units (hidden a multiple of ",
                    kRowAlignBytes * hidden / row_bytes, ")");
+}
+
+// Column-major scales whose columns do not start at 16-byte boundaries: a TMA load (as grouped
+// GEMMs make) needs its global addresses 16-byte aligned, so such a caller must copy them. The
+// op does not pad the columns (docs/decode-mode.md#scale-layout); rank 0 says so once per op.
+void warn_unaligned_columns(const Op& op) {
+  const OpConfig& c = op.config();
+  const int64_t cols = scale_dim(c.dispatch_dtype, c.hidden);
+  if (!c.column_major_scales || cols == 0 || op.rank() != 0) return;
+  const int64_t column_bytes = static_cast<int64_t>(op.world_size()) * c.max_tokens_per_rank *
+                               (scale_bytes(c.dispatch_dtype, c.hidden) / cols);
+  if (column_bytes % 16 == 0) return;
+  MOE_EP_LOG(LogLevel::kWarn, "op uid ", op.uid(), ": column_major_scales columns of W * ",
+             "max_tokens_per_rank = ", op.world_size(), " * ", c.max_tokens_per_rank,
+             " scales are ", column_bytes,
+             " bytes, not a multiple of 16: a TMA load of recv_x_scales needs a ",
+             "copy (choose max_tokens_per_rank so that the columns are)");
 }
 
 }  // namespace
@@ -194,14 +212,20 @@ std::shared_ptr<Op> create_op(const std::shared_ptr<Communicator>& comm, const O
   MOE_EP_CHECK_ARG(comm != nullptr, "create_op: comm is null");
   // Each backend checks the configuration inside its creation rendezvous, so that a
   // configuration rejected on one rank fails every rank at once instead of leaving them waiting.
+  std::shared_ptr<Op> op;
   switch (comm->backend()) {
-    case Backend::kCpu: return cpu_backend::create_op(comm, config);
+    case Backend::kCpu: op = cpu_backend::create_op(comm, config); break;
     case Backend::kCuda:
 #if MOE_EP_WITH_CUDA
-      return cuda_backend::create_op(comm, config);
+      op = cuda_backend::create_op(comm, config);
+      break;
 #else
       throw InvalidArgument("create_op: backend cuda is not built into this moe-ep");
 #endif
+  }
+  if (op) {
+    warn_unaligned_columns(*op);
+    return op;
   }
   throw InvalidArgument(detail::concat("create_op: communicator backend ",
                                        static_cast<int>(comm->backend()), " is not cpu or cuda"));

@@ -264,7 +264,7 @@ def test_get_op_takes_integer_scalars_and_num_sms():
     assert op.config == dict(num_experts=8, hidden=H, top_k=2, max_tokens_per_rank=8,
                              dispatch_dtype="bf16", combine_dtype="bf16", instance_id=0,
                              num_sms=24, low_latency=False, ranks_per_node=0,
-                             copy_engine=False)
+                             copy_engine=False, column_major_scales=False)
     # num_sms is part of the configuration (ignored by the CPU backend): another op.
     assert moe_ep.get_op(comm, 8, 2, H, 8, num_sms=24) is op
     assert moe_ep.get_op(comm, 8, 2, H, 8) is not op

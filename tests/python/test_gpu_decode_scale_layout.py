@@ -1,0 +1,112 @@
+"""Decode mode's column-major scales on the CUDA backend from torch
+(get_op(..., column_major_scales=True), docs/decode-mode.md#scale-layout): two ranks on ONE GPU
+(moe_ep.single_gpu_world), each on its own thread and stream, dispatch eagerly with fp8 and
+mxfp4; recv_x_scales must have DeepEP's shape [E/W, W*Tmax, scale_dim] and strides
+(W*Tmax * scale_dim, 1, W*Tmax), dtype float32 or float8_e8m0fnu, and below each count the bits
+of np_reference.py's scale rows, as must recv_x and recv_count. Skipped without torch, a CUDA GPU
+or the CUDA backend. The seed is printed; MOE_EP_TEST_SEED replays.
+"""
+
+import threading
+
+import numpy as np
+import pytest
+
+import np_reference as ref
+import test_gpu_torch as gpu
+
+torch = gpu.torch
+WORLD_SIZE = 2
+NUM_EXPERTS = 8
+TOP_K = 3
+HIDDEN = 1024
+TOKENS = 16
+THREAD_TIMEOUT_S = 300
+
+
+def rank_inputs(rng):
+    inputs = []
+    for _ in range(WORLD_SIZE):
+        x = ref.f32_to_bf16(rng.normal(0.0, 1.0, (TOKENS, HIDDEN)).astype(np.float32))
+        idx = np.stack([rng.choice(NUM_EXPERTS, TOP_K, replace=False) for _ in range(TOKENS)])
+        idx = idx.astype(np.int32)
+        idx[rng.random(idx.shape) < 0.2] = -1
+        weights = rng.uniform(0.05, 1.0, (TOKENS, TOP_K)).astype(np.float32)
+        inputs.append({"x": x, "topk_idx": idx, "topk_weights": weights})
+    return inputs
+
+
+def as_bytes(t):
+    """A host copy of a tensor's bits, in its logical (row-major) order, as uint8."""
+    return t.contiguous().view(torch.uint8).cpu().numpy()
+
+
+@pytest.mark.parametrize("dispatch_dtype", ["fp8", "fp4"])
+def test_column_major_scales_from_torch(dispatch_dtype, run_ranks):
+    if torch is None:
+        pytest.skip("torch is not importable")
+    if not torch.cuda.is_available() or torch.cuda.device_count() < 1:
+        pytest.skip("needs a CUDA GPU")
+    import moe_ep
+    if not moe_ep.cuda_backend_built():
+        pytest.skip("moe_ep was built without the CUDA backend")
+
+    seed = gpu.choose_seed()
+    inputs = rank_inputs(np.random.default_rng(seed))
+    exp = ref.low_latency_dispatch(inputs, NUM_EXPERTS, TOKENS, dispatch_dtype)
+    world = moe_ep.single_gpu_world(WORLD_SIZE, device=0, timeout_s=120)
+    slab = WORLD_SIZE * TOKENS
+    cols = HIDDEN // 128 if dispatch_dtype == "fp8" else HIDDEN // 32
+
+    def rank_fn(rank):
+        torch.cuda.set_device(0)
+        rk = gpu.Rank(rank, WORLD_SIZE, seed)
+        dev = torch.device("cuda", 0)
+        stream = torch.cuda.Stream(device=0)  # ranks wait on each other: never one stream
+        op = moe_ep.get_op(world[rank], NUM_EXPERTS, TOP_K, HIDDEN, TOKENS,
+                           dispatch_dtype=dispatch_dtype, combine_dtype="bf16",
+                           low_latency=True, column_major_scales=True)
+        mine = inputs[rank]
+        x = torch.from_numpy(mine["x"].view(np.int16)).view(torch.bfloat16).to(dev)
+        idx = torch.from_numpy(mine["topk_idx"]).to(dev)
+        w = torch.from_numpy(mine["topk_weights"]).to(dev)
+        torch.cuda.synchronize(dev)
+        with torch.cuda.stream(stream):
+            recv, _ = op.low_latency_dispatch(x, idx, w)
+        stream.synchronize()
+        s = recv.recv_x_scales
+        if tuple(s.shape) != (NUM_EXPERTS // WORLD_SIZE, slab, cols):
+            rk.fail(f"recv_x_scales shape {tuple(s.shape)}")
+        if s.stride() != (slab * cols, 1, slab):
+            rk.fail(f"recv_x_scales strides {s.stride()}, want {(slab * cols, 1, slab)}")
+        want_dtype = torch.float32 if dispatch_dtype == "fp8" else rk.e8m0
+        if s.dtype != want_dtype:
+            rk.fail(f"recv_x_scales dtype {s.dtype}, want {want_dtype}")
+        if not op.column_major_scales:
+            rk.fail("op.column_major_scales is False")
+        counts = recv.recv_count.cpu().numpy()
+        if not np.array_equal(counts, exp[rank]["recv_count"]):
+            rk.fail(f"recv_count {counts.tolist()} != {exp[rank]['recv_count'].tolist()}")
+            return rk.errors
+        got_scales = as_bytes(s)
+        got_x = as_bytes(recv.recv_x)
+        want_scales = exp[rank]["recv_x_scales"].view(np.uint8)
+        want_x = exp[rank]["recv_x"].view(np.uint8)
+        for e, n in enumerate(counts):
+            if not np.array_equal(got_scales[e, :n], want_scales[e, :n]):
+                rk.fail(f"slab {e}: scales below the count {n} differ from the reference")
+            if not np.array_equal(got_x[e, :n], want_x[e, :n]):
+                rk.fail(f"slab {e}: rows below the count {n} differ from the reference")
+        if counts.sum() == 0:
+            rk.fail("no row moved: the case checks nothing")
+        op.synchronize()
+        return rk.errors
+
+    try:
+        results = run_ranks(WORLD_SIZE, rank_fn, timeout_s=THREAD_TIMEOUT_S)
+    finally:
+        if not any(t.name.startswith("moe-ep-rank") and t.is_alive()
+                   for t in threading.enumerate()):
+            moe_ep.clear_op_cache()
+    failures = [f"rank {r}: {e}" for r, errors in enumerate(results) for e in errors[:40]]
+    assert not failures, f"MOE_EP_TEST_SEED={seed}:\n" + "\n".join(failures)
