@@ -1,5 +1,5 @@
 #!/bin/bash
-# Prepared in v50 (no GPU that session), NOT RUN YET (one H200, about 7 minutes). Run it before
+# Prepared in v50 (no GPU that session), NOT RUN YET (one H200, about 8 minutes). Run it before
 # v49's next-runH.sh: its tests are the first GPU run of v50's main.
 # B = main + next-by-warp.patch: at world size 1 the decode combine's launch has reduces only and
 # none waits for anything, so a kernel of its own (ll_combine_kernel<F, true, true>) gives warp w
