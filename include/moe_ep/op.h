@@ -153,6 +153,17 @@ struct LowLatencyDispatchResult {
   bool recv_pending = false;
 };
 
+// The memory an op holds on each rank (docs/design.md#memory-per-op), in bytes: the buffer its
+// peers read and write (the NCCL symmetric window on CUDA; the rank's receive area in the CPU
+// world) and the arrays only this rank uses (device memory on CUDA). What the communicator
+// holds itself (NCCL's own memory, the transport across nodes) is not counted, nor, on the CPU
+// backend, the host vectors a call sizes to its rows.
+struct OpMemory {
+  int64_t peer_bytes = 0;
+  int64_t private_bytes = 0;
+  int64_t total() const { return peer_bytes + private_bytes; }
+};
+
 class Op {
  public:
   virtual ~Op() = default;
@@ -192,12 +203,21 @@ class Op {
   // InvalidArgument naming this rank and `reason` instead of waiting for it; throws that error
   // here too. The op stays usable. `stream` orders it like the call it replaces (CUDA).
   virtual void reject(CallKind kind, const std::string& reason, void* stream = nullptr) = 0;
+  // What this op allocated on this rank (op_memory before its creation said the same). The
+  // default throws InvalidUsage naming the backend.
+  virtual OpMemory memory() const;
 };
 
 // Collective: every rank of `comm` calls it with the same config. Creations are matched by
 // configuration, not by counting calls: a rank that rejects its configuration (or misses a
 // creation) fails that creation on every rank and the next creation works.
 std::shared_ptr<Op> create_op(const std::shared_ptr<Communicator>& comm, const OpConfig& config);
+
+// What create_op(comm, config) would allocate on this rank, without creating anything or
+// talking to the other ranks: the configuration resolved as create_op resolves it (SM budget,
+// MOE_EP_COPY_ENGINE) and checked as it checks it (InvalidArgument naming the field). For an
+// engine that budgets memory before it makes its ops; Op::memory() of the op made is the same.
+OpMemory op_memory(const std::shared_ptr<Communicator>& comm, const OpConfig& config);
 
 // For layers above this API that reject an op creation before calling create_op (e.g. a dtype
 // name that does not parse): tells the ranks of `comm` that are creating an op that this rank

@@ -120,6 +120,7 @@ from ._op import (  # noqa: E402,F401
     clear_op_cache,
     get_op,
     op_cache_info,
+    op_memory,
     single_gpu_world,
 )
 
@@ -128,6 +129,6 @@ __all__ = [
     "scale_dim", "resolve_dtypes", "DtypeResolution", "Error", "InvalidArgument",
     "InvalidUsage", "Timeout", "RemoteError", "CudaError", "NcclError", "InternalError",
     "CpuWorld", "Communicator", "Handle", "LowLatencyHandle", "Op", "DispatchOutput",
-    "LowLatencyDispatchOutput", "RecvHook", "get_op", "clear_op_cache", "op_cache_info",
-    "cuda_backend_built", "single_gpu_world",
+    "LowLatencyDispatchOutput", "RecvHook", "get_op", "op_memory", "clear_op_cache",
+    "op_cache_info", "cuda_backend_built", "single_gpu_world",
 ]

@@ -199,6 +199,11 @@ class Op:
     copy_engine = property(lambda self: self._op.copy_engine,
                            doc="OpConfig::copy_engine as resolved at creation: whether normal "
                                "mode moves rows with the GPU's copy engines (CUDA backend).")
+    def memory(self) -> dict:
+        """What this op allocated on this rank: {"peer_bytes", "private_bytes", "total"}, as
+        op_memory said before its creation (docs/design.md#memory-per-op)."""
+        return self._op.memory()
+
     column_major_scales = property(
         lambda self: self._column_major_scales,
         doc="OpConfig::column_major_scales: whether low_latency_dispatch's recv_x_scales is "
@@ -470,38 +475,68 @@ def get_op(group, num_experts: int, top_k: int, hidden: int, max_tokens_per_rank
     can use it; True or False only. column_major_scales: OpConfig::column_major_scales, decode
     mode's recv_x_scales stored column by column as DeepEP's low-latency dispatch returns them
     (the view keeps the shape [E/W, S, scale_dim], with strides (S * scale_dim, 1, S)); only
-    with low_latency=True (else refused on every rank); True or False only. The integers must be ints in int32 range. A configuration this
-    rank cannot even build (a bad dtype name, hidden=128.7) is told to the other ranks, whose
-    creation fails at once with the reason; the next creation works.
+    with low_latency=True (else refused on every rank); True or False only. The integers must
+    be ints in int32 range. A configuration this rank cannot even build (a bad dtype name,
+    hidden=128.7) is told to the other ranks, whose creation fails at once with the reason; the
+    next creation works. What the op will allocate: op_memory, with the same arguments.
     """
     comm, key, device = _communicator(group)
     try:
-        ints = [_int_arg(name, value) for name, value in (
-            ("num_experts", num_experts), ("hidden", hidden), ("top_k", top_k),
-            ("max_tokens_per_rank", max_tokens_per_rank), ("instance_id", instance_id),
-            ("num_sms", num_sms), ("ranks_per_node", ranks_per_node))]
-        low_latency_ = _bool_arg("low_latency", low_latency)
-        copy_engine_ = _bool_arg("copy_engine", copy_engine)
-        column_major_ = _bool_arg("column_major_scales", column_major_scales)
-        res = resolve_dtypes(weight_dtype, dispatch_dtype, combine_dtype, stacklevel=3)
+        args = _config_args(num_experts, top_k, hidden, max_tokens_per_rank, dispatch_dtype,
+                            combine_dtype, weight_dtype, instance_id, num_sms, low_latency,
+                            ranks_per_node, copy_engine, column_major_scales)
     except Exception as e:  # noqa: BLE001 -- any refusal of this rank is the creation's
         _reject_create(comm, e)
         raise
-    e_, h_, k_, t_, instance_, sms_, nodes_ = ints
     with _lock:
         entry = _caches.get(key)
         if entry is None:
             entry = _caches[key] = (_C.OpCache(4), threading.Lock())
     cache, cache_lock = entry
     with cache_lock:  # the C++ cache is one rank's and not thread-safe; see clear_op_cache
-        raw = cache.get(comm, e_, h_, k_, t_, res.dispatch.value, res.combine.value, instance_,
-                        sms_, low_latency_, nodes_, copy_engine_, column_major_)
+        raw = cache.get(comm, *args)
     with _lock:
         op = _wrappers.get(raw.uid)
         if op is None:
             op = Op(raw, device)
             _wrappers[raw.uid] = op
     return op
+
+
+def _config_args(num_experts, top_k, hidden, max_tokens_per_rank, dispatch_dtype, combine_dtype,
+                 weight_dtype, instance_id, num_sms, low_latency, ranks_per_node, copy_engine,
+                 column_major_scales):
+    """get_op's arguments checked and resolved, in the order the C++ layer takes them after the
+    communicator (OpCache.get, op_memory); InvalidArgument names a bad one. Called from get_op
+    and op_memory only (the dtype warnings point at their caller)."""
+    e_, h_, k_, t_, instance_, sms_, nodes_ = [_int_arg(name, value) for name, value in (
+        ("num_experts", num_experts), ("hidden", hidden), ("top_k", top_k),
+        ("max_tokens_per_rank", max_tokens_per_rank), ("instance_id", instance_id),
+        ("num_sms", num_sms), ("ranks_per_node", ranks_per_node))]
+    low_latency_ = _bool_arg("low_latency", low_latency)
+    copy_engine_ = _bool_arg("copy_engine", copy_engine)
+    column_major_ = _bool_arg("column_major_scales", column_major_scales)
+    res = resolve_dtypes(weight_dtype, dispatch_dtype, combine_dtype, stacklevel=4)
+    return (e_, h_, k_, t_, res.dispatch.value, res.combine.value, instance_, sms_, low_latency_,
+            nodes_, copy_engine_, column_major_)
+
+
+def op_memory(group, num_experts: int, top_k: int, hidden: int, max_tokens_per_rank: int,
+              dispatch_dtype="auto", combine_dtype="auto", weight_dtype="bf16",
+              instance_id: int = 0, num_sms: int = 0, low_latency: bool = False,
+              ranks_per_node: int = 0, copy_engine: bool = False,
+              column_major_scales: bool = False) -> dict:
+    """What get_op with the same arguments would allocate on this rank, without creating an op
+    or waiting for the other ranks (C++ moe_ep::op_memory, docs/design.md#memory-per-op):
+    {"peer_bytes": the buffer the ranks read and write in each other, "private_bytes": this
+    rank's own arrays, "total": their sum}. Op.memory() of the op made says the same. A bad
+    argument raises InvalidArgument here only. With a torch group seen for the first time, its
+    communicator is made first, which is collective, as in get_op."""
+    comm, _, _ = _communicator(group)
+    args = _config_args(num_experts, top_k, hidden, max_tokens_per_rank, dispatch_dtype,
+                        combine_dtype, weight_dtype, instance_id, num_sms, low_latency,
+                        ranks_per_node, copy_engine, column_major_scales)
+    return _C.op_memory(comm, *args)
 
 
 def _reject_create(comm, error: Exception) -> None:

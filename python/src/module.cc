@@ -154,6 +154,15 @@ py::dict config_dict(const OpConfig& c) {
   return out;
 }
 
+// OpMemory as Python sees it (moe_ep.op_memory, Op.memory).
+py::dict memory_dict(const OpMemory& m) {
+  py::dict out;
+  out["peer_bytes"] = m.peer_bytes;
+  out["private_bytes"] = m.private_bytes;
+  out["total"] = m.total();
+  return out;
+}
+
 // ---- op calls -------------------------------------------------------------------------------
 //
 // Every argument error of this layer is collective, like the op's own checks: a rank whose
@@ -504,6 +513,7 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("uid", &Op::uid)
       .def_property_readonly("low_latency", [](const Op& op) { return op.config().low_latency; })
       .def_property_readonly("copy_engine", [](const Op& op) { return op.config().copy_engine; })
+      .def("memory", [](const Op& op) { return memory_dict(op.memory()); })
       .def("dispatch", &dispatch, py::arg("x"), py::arg("topk_idx"), py::arg("topk_weights"),
            py::arg("x_scales") = py::none(), py::arg("stream") = 0, py::arg("raw_bits") = false)
       .def("combine", &combine, py::arg("handle"), py::arg("y"), py::arg("out"),
@@ -542,6 +552,27 @@ PYBIND11_MODULE(_C, m) {
             op.synchronize(reinterpret_cast<void*>(stream));
           },
           py::arg("stream") = 0);
+
+  m.def(
+      "op_memory",
+      [](const std::shared_ptr<Communicator>& comm, int num_experts, int hidden, int top_k,
+         int max_tokens_per_rank, const std::string& dispatch, const std::string& combine,
+         int instance_id, int num_sms, bool low_latency, int ranks_per_node, bool copy_engine,
+         bool column_major_scales) {
+        if (!comm) throw InvalidArgument("group is None; a communicator is required");
+        const OpConfig config =
+            make_config(num_experts, hidden, top_k, max_tokens_per_rank, dispatch, combine,
+                        instance_id, num_sms, low_latency, ranks_per_node, copy_engine,
+                        column_major_scales);
+        return memory_dict(op_memory(comm, config));
+      },
+      py::arg("comm"), py::arg("num_experts"), py::arg("hidden"), py::arg("top_k"),
+      py::arg("max_tokens_per_rank"), py::arg("dispatch_dtype"), py::arg("combine_dtype"),
+      py::arg("instance_id"), py::arg("num_sms") = 0, py::arg("low_latency") = false,
+      py::arg("ranks_per_node") = 0, py::arg("copy_engine") = false,
+      py::arg("column_major_scales") = false,
+      "What create_op would allocate on this rank (moe_ep::op_memory): a dict of peer_bytes, "
+      "private_bytes and total.");
 
   py::class_<OpCache>(m, "OpCache")
       .def(py::init<size_t>(), py::arg("capacity") = 4)

@@ -87,6 +87,11 @@ const char* to_string(Backend backend) {
   return "unknown";
 }
 
+OpMemory Op::memory() const {
+  throw InvalidUsage(
+      detail::concat("memory() is not implemented by the ", to_string(backend()), " backend"));
+}
+
 LowLatencyDispatchResult Op::low_latency_dispatch(const LowLatencyDispatchArgs& /*args*/) {
   throw InvalidUsage(
       detail::concat("decode mode is not implemented by the ", to_string(backend()), " backend"));
@@ -228,6 +233,21 @@ std::shared_ptr<Op> create_op(const std::shared_ptr<Communicator>& comm, const O
     return op;
   }
   throw InvalidArgument(detail::concat("create_op: communicator backend ",
+                                       static_cast<int>(comm->backend()), " is not cpu or cuda"));
+}
+
+OpMemory op_memory(const std::shared_ptr<Communicator>& comm, const OpConfig& config) {
+  MOE_EP_CHECK_ARG(comm != nullptr, "op_memory: comm is null");
+  switch (comm->backend()) {
+    case Backend::kCpu: return cpu_backend::op_memory(comm, config);
+    case Backend::kCuda:
+#if MOE_EP_WITH_CUDA
+      return cuda_backend::op_memory(comm, config);
+#else
+      throw InvalidArgument("op_memory: backend cuda is not built into this moe-ep");
+#endif
+  }
+  throw InvalidArgument(detail::concat("op_memory: communicator backend ",
                                        static_cast<int>(comm->backend()), " is not cpu or cuda"));
 }
 

@@ -16,5 +16,7 @@ std::shared_ptr<Op> create_op(const std::shared_ptr<Communicator>& comm, const O
 
 // Tells the ranks of comm's CpuWorld that this rank rejected a creation (moe_ep::reject_create).
 void reject_create(const std::shared_ptr<Communicator>& comm, const std::string& reason);
+// What create_op(comm, config) would allocate on this rank (moe_ep::op_memory).
+OpMemory op_memory(const std::shared_ptr<Communicator>& comm, const OpConfig& config);
 
 }  // namespace moe_ep::cpu_backend

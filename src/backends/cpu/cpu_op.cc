@@ -5,6 +5,7 @@
 #include "backends/cpu/cpu_op.h"
 
 #include <new>
+#include <type_traits>
 #include <utility>
 
 #include "backends/cpu/backend.h"
@@ -14,48 +15,69 @@
 namespace moe_ep::cpu_backend {
 namespace {
 
-// Sizes every receive buffer for the worst case of config on world_size ranks.
-void allocate_buffers(RankBuffers& buf, const OpConfig& config, int world_size) {
+// Every receive buffer of a rank, sized for the worst case of config on world_size ranks, in one
+// list: size(vector, element count, fill) for each buffer the configuration needs. Allocation
+// and op_memory both walk it, so the size reported before a creation is the size allocated.
+template <typename Size>
+void size_buffers(RankBuffers& buf, const OpConfig& config, int world_size, Size&& size) {
   const int64_t rows = static_cast<int64_t>(world_size) * config.max_tokens_per_rank;
   const int64_t h = config.hidden;
-  buf.recv_payload.assign(rows * payload_bytes(config.dispatch_dtype, h), 0);
-  buf.recv_scales.assign(rows * scale_bytes(config.dispatch_dtype, h), 0);
-  buf.recv_topk_idx.assign(rows * config.topk, -1);
-  buf.recv_topk_weights.assign(rows * config.topk, 0.0f);
-  buf.recv_src_rank.assign(rows, -1);
-  buf.recv_src_token.assign(rows, -1);
-  buf.recv_count_per_local_expert.assign(config.num_experts / world_size, 0);
-  buf.combine_payload.assign(rows * payload_bytes(config.combine_dtype, h), 0);
-  buf.combine_scales.assign(rows * scale_bytes(config.combine_dtype, h), 0);
+  size(buf.recv_payload, rows * payload_bytes(config.dispatch_dtype, h), uint8_t{0});
+  size(buf.recv_scales, rows * scale_bytes(config.dispatch_dtype, h), uint8_t{0});
+  size(buf.recv_topk_idx, rows * config.topk, -1);
+  size(buf.recv_topk_weights, rows * config.topk, 0.0f);
+  size(buf.recv_src_rank, rows, -1);
+  size(buf.recv_src_token, rows, -1);
+  size(buf.recv_count_per_local_expert, config.num_experts / world_size, 0);
+  size(buf.combine_payload, rows * payload_bytes(config.combine_dtype, h), uint8_t{0});
+  size(buf.combine_scales, rows * scale_bytes(config.combine_dtype, h), uint8_t{0});
   // Several nodes, only when there are: the forwarder's staging of W * Tmax dispatch rows and
   // L * (W/L) * Tmax = W * Tmax combine rows.
   const int node_size = config.ranks_per_node > 0 ? config.ranks_per_node : world_size;
   if (node_size < world_size) {
-    buf.fwd_payload.assign(rows * payload_bytes(config.dispatch_dtype, h), 0);
-    buf.fwd_scales.assign(rows * scale_bytes(config.dispatch_dtype, h), 0);
-    buf.fwd_topk_idx.assign(rows * config.topk, -1);
-    buf.fwd_topk_weights.assign(rows * config.topk, 0.0f);
-    buf.fwd_src_token.assign(rows, -1);
-    buf.fwd_count.assign(world_size, 0);
-    buf.fwd_combine_payload.assign(rows * payload_bytes(config.combine_dtype, h), 0);
-    buf.fwd_combine_scales.assign(rows * scale_bytes(config.combine_dtype, h), 0);
+    size(buf.fwd_payload, rows * payload_bytes(config.dispatch_dtype, h), uint8_t{0});
+    size(buf.fwd_scales, rows * scale_bytes(config.dispatch_dtype, h), uint8_t{0});
+    size(buf.fwd_topk_idx, rows * config.topk, -1);
+    size(buf.fwd_topk_weights, rows * config.topk, 0.0f);
+    size(buf.fwd_src_token, rows, -1);
+    size(buf.fwd_count, world_size, 0);
+    size(buf.fwd_combine_payload, rows * payload_bytes(config.combine_dtype, h), uint8_t{0});
+    size(buf.fwd_combine_scales, rows * scale_bytes(config.combine_dtype, h), uint8_t{0});
   }
   // Decode mode, only when asked for: staging of W * Tmax rows, and E/W slabs of W * Tmax rows
   // each (E * Tmax rows).
   if (!config.low_latency) return;
   const int64_t slab_rows = static_cast<int64_t>(config.num_experts) * config.max_tokens_per_rank;
-  buf.stage_payload.assign(rows * payload_bytes(config.dispatch_dtype, h), 0);
-  buf.stage_scales.assign(rows * scale_bytes(config.dispatch_dtype, h), 0);
-  buf.stage_topk_idx.assign(rows * config.topk, -1);
-  buf.stage_topk_weights.assign(rows * config.topk, 0.0f);
-  buf.stage_src_token.assign(rows, -1);
-  buf.stage_count.assign(world_size, 0);
-  buf.slab_payload.assign(slab_rows * payload_bytes(config.dispatch_dtype, h), 0);
-  buf.slab_scales.assign(slab_rows * scale_bytes(config.dispatch_dtype, h), 0);
-  buf.slab_count.assign(config.num_experts / world_size, 0);
-  buf.slab_src_rank.assign(slab_rows, -1);
-  buf.slab_src_token.assign(slab_rows, -1);
-  buf.slab_src_slot.assign(slab_rows, -1);
+  size(buf.stage_payload, rows * payload_bytes(config.dispatch_dtype, h), uint8_t{0});
+  size(buf.stage_scales, rows * scale_bytes(config.dispatch_dtype, h), uint8_t{0});
+  size(buf.stage_topk_idx, rows * config.topk, -1);
+  size(buf.stage_topk_weights, rows * config.topk, 0.0f);
+  size(buf.stage_src_token, rows, -1);
+  size(buf.stage_count, world_size, 0);
+  size(buf.slab_payload, slab_rows * payload_bytes(config.dispatch_dtype, h), uint8_t{0});
+  size(buf.slab_scales, slab_rows * scale_bytes(config.dispatch_dtype, h), uint8_t{0});
+  size(buf.slab_count, config.num_experts / world_size, 0);
+  size(buf.slab_src_rank, slab_rows, -1);
+  size(buf.slab_src_token, slab_rows, -1);
+  size(buf.slab_src_slot, slab_rows, -1);
+}
+
+void allocate_buffers(RankBuffers& buf, const OpConfig& config, int world_size) {
+  size_buffers(buf, config, world_size, [](auto& v, int64_t count, auto fill) {
+    using T = typename std::decay_t<decltype(v)>::value_type;
+    v.assign(static_cast<size_t>(count), static_cast<T>(fill));
+  });
+}
+
+// The bytes of the buffers size_buffers lists: as `config` would size them (buf empty), or as
+// `buf` holds them (count_held).
+int64_t buffer_bytes(RankBuffers& buf, const OpConfig& config, int world_size, bool count_held) {
+  int64_t bytes = 0;
+  size_buffers(buf, config, world_size, [&](auto& v, int64_t count, auto /*fill*/) {
+    const int64_t n = count_held ? static_cast<int64_t>(v.size()) : count;
+    bytes += n * static_cast<int64_t>(sizeof(typename std::decay_t<decltype(v)>::value_type));
+  });
+  return bytes;
 }
 
 // The barrier phases of a call of `kind`.
@@ -95,6 +117,21 @@ std::shared_ptr<Op> create_op(const std::shared_ptr<Communicator>& comm, const O
 void reject_create(const std::shared_ptr<Communicator>& comm, const std::string& reason) {
   const CpuCommunicator& cpu_comm = cpu_communicator(comm);
   cpu_comm.world().reject_create(cpu_comm.rank(), reason, std::nullopt);
+}
+
+OpMemory op_memory(const std::shared_ptr<Communicator>& comm, const OpConfig& config) {
+  const CpuCommunicator& cpu_comm = cpu_communicator(comm);
+  check_config(config, cpu_comm.size());
+  RankBuffers none;
+  OpMemory m;
+  m.peer_bytes = buffer_bytes(none, config, cpu_comm.size(), /*count_held=*/false);
+  return m;
+}
+
+OpMemory CpuOp::memory() const {
+  OpMemory m;
+  m.peer_bytes = buffer_bytes(shared_->buffers[rank_], config_, world_size_, /*count_held=*/true);
+  return m;
 }
 
 CpuOp::CpuOp(std::shared_ptr<OpShared> shared, int rank, int world_size, const OpConfig& config)

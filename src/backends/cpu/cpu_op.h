@@ -46,6 +46,9 @@ class CpuOp : public OpBase {
   void low_latency_dispatch_recv(const LowLatencyHandle& handle, void* stream = nullptr) override;
   void low_latency_combine_recv(const LowLatencyHandle& handle, void* stream = nullptr) override;
   void reject(CallKind kind, const std::string& reason, void* stream = nullptr) override;
+  // Its receive area in the world (peer_bytes); the host vectors a call sizes to its rows are
+  // not counted.
+  OpMemory memory() const override;
 
  private:
   CpuOp(std::shared_ptr<OpShared> shared, int rank, int world_size, const OpConfig& config);

@@ -180,7 +180,49 @@ int resolve_num_sms(const OpConfig& config, const CudaComm& comm) {
   return requested;
 }
 
+// The configuration as this rank's creation takes it: MOE_EP_COPY_ENGINE applied before the
+// agreement, like the other environment defaults that change the protocol would have to be, so
+// ranks whose environments differ do not pair and fail naming copy_engine. The op reports the
+// path it takes (config().copy_engine).
+OpConfig resolved_config(const OpConfig& requested, const CudaComm& cuda) {
+  OpConfig config = requested;
+  config.copy_engine = resolve_copy_engine(requested, cuda.size());
+  return config;
+}
+
+// Checks a resolved configuration as the creation does (InvalidArgument) and returns its SM
+// budget.
+int check_and_budget(const OpConfig& config, const CudaComm& cuda) {
+  check_config(config, cuda.size());
+  MOE_EP_CHECK_ARG(cuda.size() <= Policy::kMaxPeers, "world_size=", cuda.size(),
+                   " exceeds the CUDA backend's limit of ", Policy::kMaxPeers, " ranks");
+  // Several nodes (docs/multi-node.md): normal mode forwards through the transport, decode
+  // mode through one persistent exchange per call (its capturable path across nodes).
+  // A node's ranks must reach each other by stores: each node inside one domain.
+  const int domain = cuda.domain_size();
+  if (domain < cuda.size()) {
+    const int l = config.ranks_per_node;
+    MOE_EP_CHECK_ARG(l > 0 && domain % l == 0, "ranks_per_node=", l,
+                     ": the ranks of a node must be load/store peers, and this communicator's ",
+                     "domains (its NVLink domains) hold ", domain,
+                     " ranks each, so ranks_per_node must divide ", domain,
+                     " (0, one node, would need every rank in one domain)");
+  }
+  return resolve_num_sms(config, cuda);
+}
+
 }  // namespace
+
+OpMemory op_memory(const std::shared_ptr<Communicator>& comm, const OpConfig& requested) {
+  const std::shared_ptr<CudaComm> cuda = cuda_comm_of(comm);
+  const OpConfig config = resolved_config(requested, *cuda);
+  const int num_sms = check_and_budget(config, *cuda);
+  const CudaOpGeometry g = CudaOpGeometry::of(config, cuda->size(), cuda->rank(), num_sms);
+  OpMemory m;
+  m.peer_bytes = g.layout.total_bytes();
+  m.private_bytes = CudaOp::private_bytes(config, cuda->size(), g);
+  return m;
+}
 
 std::shared_ptr<CudaComm> cuda_comm_of(const std::shared_ptr<Communicator>& comm) {
   auto cuda = std::dynamic_pointer_cast<CudaComm>(comm);
@@ -192,31 +234,12 @@ std::shared_ptr<CudaComm> cuda_comm_of(const std::shared_ptr<Communicator>& comm
 std::shared_ptr<Op> create_op(const std::shared_ptr<Communicator>& comm,
                               const OpConfig& requested) {
   const std::shared_ptr<CudaComm> cuda = cuda_comm_of(comm);
-  // MOE_EP_COPY_ENGINE is applied before the agreement, like the other environment defaults
-  // that change the protocol would have to be: ranks whose environments differ do not pair and
-  // fail naming copy_engine. The op reports the path it takes (config().copy_engine).
-  OpConfig config = requested;
-  config.copy_engine = resolve_copy_engine(requested, cuda->size());
+  const OpConfig config = resolved_config(requested, *cuda);
   const ConfigValues values = config_values(config, cuda->size());
   std::string rejection;
   int num_sms = 0;
   try {
-    check_config(config, cuda->size());
-    MOE_EP_CHECK_ARG(cuda->size() <= Policy::kMaxPeers, "world_size=", cuda->size(),
-                     " exceeds the CUDA backend's limit of ", Policy::kMaxPeers, " ranks");
-    // Several nodes (docs/multi-node.md): normal mode forwards through the transport, decode
-    // mode through one persistent exchange per call (its capturable path across nodes).
-    // A node's ranks must reach each other by stores: each node inside one domain.
-    const int domain = cuda->domain_size();
-    if (domain < cuda->size()) {
-      const int l = config.ranks_per_node;
-      MOE_EP_CHECK_ARG(l > 0 && domain % l == 0, "ranks_per_node=", l,
-                       ": the ranks of a node must be load/store peers, and this communicator's ",
-                       "domains (its NVLink domains) hold ", domain,
-                       " ranks each, so ranks_per_node must divide ", domain,
-                       " (0, one node, would need every rank in one domain)");
-    }
-    num_sms = resolve_num_sms(config, *cuda);
+    num_sms = check_and_budget(config, *cuda);
   } catch (const InvalidArgument& e) {
     rejection = e.what();
   }

@@ -8,6 +8,8 @@
 #include <chrono>
 #include <cstring>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "backends/cuda/cuda_check.h"
@@ -22,6 +24,127 @@ namespace moe_ep::cuda_backend {
 
 uint64_t timeout_ns() { return static_cast<uint64_t>(Knobs::get().timeout_s * 1e9); }
 
+CudaOpGeometry CudaOpGeometry::of(const OpConfig& config, int world_size, int rank, int num_sms) {
+  const formats::RowFormat dispatch_wire =
+      formats::row_format(config.dispatch_dtype, config.hidden);
+  const formats::RowFormat combine_wire = formats::row_format(config.combine_dtype, config.hidden);
+  CudaOpGeometry g;
+  g.layout = BufferLayout::make(
+      world_size, config.num_experts / world_size, config.topk, config.max_tokens_per_rank,
+      dispatch_wire.payload_bytes, dispatch_wire.scale_bytes,
+      combine_wire.payload_bytes + combine_wire.scale_bytes, config.low_latency,
+      static_cast<int>((config.hidden + Policy::kDispatchSliceElems - 1) /
+                       Policy::kDispatchSliceElems));
+  g.nodes = NodeInfo::of(world_size, config.ranks_per_node, rank);
+  if (g.nodes.several()) {
+    g.stage_layout = StageLayout::make(dispatch_wire.payload_bytes, dispatch_wire.scale_bytes,
+                                       config.topk, g.nodes.node_size);
+    if (config.low_latency) {
+      g.ll_msg_dispatch = DecodeMessageLayout::dispatch(
+          sizeof(StepWire), dispatch_wire.payload_bytes, dispatch_wire.scale_bytes, config.topk,
+          g.nodes.node_size, g.layout.local_experts, config.max_tokens_per_rank);
+      g.ll_msg_combine = DecodeMessageLayout::combine(sizeof(StepWire), g.layout.combine_row_bytes,
+                                                      config.max_tokens_per_rank);
+    }
+  }
+  g.ce_combine_from_y = config.copy_engine && config.combine_dtype == CombineDtype::bf16 &&
+                        g.layout.combine_row_bytes == 2 * static_cast<int64_t>(config.hidden);
+  g.data_blocks = num_sms * Policy::kDataBlocksPerSm;
+  return g;
+}
+
+template <typename Visit>
+void CudaOp::visit_arrays(const OpConfig& config, int world_size, const CudaOpGeometry& g,
+                          Visit&& visit) {
+  const size_t w = static_cast<size_t>(world_size);
+  const size_t tmax = static_cast<size_t>(config.max_tokens_per_rank);
+  const formats::RowFormat dispatch_wire =
+      formats::row_format(config.dispatch_dtype, config.hidden);
+  visit(&CudaOp::pos_, 2 * w * tmax, false);
+  visit(&CudaOp::send_offset_, w, false);
+  visit(&CudaOp::recv_from_self_, 1, false);
+  visit(&CudaOp::recv_expert_count_, static_cast<size_t>(g.layout.local_experts), false);
+  visit(&CudaOp::counters_, 4, true);
+  // notify's parts (launch.h): look-back words, sums and finished parts, all zero to start.
+  visit(&CudaOp::notify_part_words_, w * kNotifyMaxParts, true);
+  visit(&CudaOp::notify_part_sums_, static_cast<size_t>(config.num_experts) + w, true);
+  visit(&CudaOp::notify_parts_done_, w, true);
+  visit(&CudaOp::block_counter_, 1, true);
+  visit(&CudaOp::scan_blocks_done_, 1, true);
+  visit(&CudaOp::step_done_, 1, true);
+  visit(&CudaOp::error_flag_, 1, true);
+  visit(&CudaOp::step_started_, 2, true);
+  if (config.low_latency) {
+    const size_t local = static_cast<size_t>(g.layout.local_experts);
+    const size_t slab_rows = local * w * tmax;
+    const size_t k = static_cast<size_t>(config.topk);
+    visit(&CudaOp::ll_state_, 1, true);
+    visit(&CudaOp::ll_tickets_, 3, true);
+    visit(&CudaOp::ll_sent_calls_, static_cast<size_t>(g.data_blocks), true);
+    visit(&CudaOp::ll_send_counts_, static_cast<size_t>(config.num_experts), true);
+    visit(&CudaOp::ll_slot_ranks_, tmax * k, false);
+    visit(&CudaOp::ll_token_mask_, tmax, false);
+    visit(&CudaOp::ll_slot_rows_, w * tmax * k, false);
+    visit(&CudaOp::ll_slab_payload_, slab_rows * dispatch_wire.payload_bytes, false);
+    visit(&CudaOp::ll_slab_scales_, slab_rows * dispatch_wire.scale_bytes, false);
+    visit(&CudaOp::ll_count_, local, true);
+    visit(&CudaOp::ll_src_rank_, slab_rows, false);
+    visit(&CudaOp::ll_src_token_, slab_rows, false);
+    visit(&CudaOp::ll_src_slot_, slab_rows, false);
+  }
+  if (g.nodes.several()) {
+    const size_t remote = static_cast<size_t>(g.nodes.num_nodes - 1);
+    const size_t rows = remote * tmax;
+    visit(&CudaOp::node_pos_, static_cast<size_t>(g.nodes.num_nodes) * tmax, false);
+    visit(&CudaOp::node_rows_, static_cast<size_t>(g.nodes.num_nodes), false);
+    visit(&CudaOp::forwarded_rows_, remote, false);
+    visit(&CudaOp::stage_out_, rows * g.stage_layout.stride, false);
+    visit(&CudaOp::stage_in_, rows * g.stage_layout.stride, false);
+    visit(&CudaOp::partial_bf16_, rows * config.hidden, false);
+    visit(&CudaOp::partial_out_, rows * g.layout.combine_row_bytes, false);
+    visit(&CudaOp::partial_in_, rows * g.layout.combine_row_bytes, false);
+    visit(&CudaOp::forward_counter_, 1, true);
+    visit(&CudaOp::scratch_flag_, 1, false);
+    visit(&CudaOp::step_out_, 1, false);
+    visit(&CudaOp::steps_in_, w, false);
+    visit(&CudaOp::remote_experts_, w * g.layout.local_experts, false);
+    if (config.low_latency) {
+      // Zero: no message holds a step's rows before its first send (`sent` 0, steps start at 1).
+      const size_t bytes = remote * static_cast<size_t>(g.ll_msg_dispatch.bytes);
+      visit(&CudaOp::ll_msg_out_, bytes, true);
+      visit(&CudaOp::ll_msg_in_, bytes, true);
+      visit(&CudaOp::ll_forward_counter_, 1, true);
+      const size_t combine_bytes = remote * static_cast<size_t>(g.ll_msg_combine.bytes);
+      visit(&CudaOp::ll_cmsg_out_, combine_bytes, true);
+      visit(&CudaOp::ll_cmsg_in_, combine_bytes, true);
+    }
+  }
+  if (config.copy_engine) {  // normal mode on one node (check_config)
+    visit(&CudaOp::ce_stage_, static_cast<size_t>(g.layout.recv_fwd_row_offset(0)), false);
+    visit(&CudaOp::ce_stage_offset_, w, false);
+    if (!g.ce_combine_from_y) {
+      visit(&CudaOp::ce_combine_stage_,
+            static_cast<size_t>(g.layout.max_recv_rows() * g.layout.combine_row_bytes), false);
+    }
+  }
+}
+
+int64_t CudaOp::private_bytes(const OpConfig& config, int world_size, const CudaOpGeometry& g) {
+  int64_t bytes = 0;
+  visit_arrays(config, world_size, g, [&](auto member, size_t count, bool /*zero*/) {
+    using Array = std::decay_t<decltype(std::declval<CudaOp&>().*member)>;
+    bytes += static_cast<int64_t>(Array::allocation_bytes(count));
+  });
+  return bytes;
+}
+
+OpMemory CudaOp::memory() const {
+  OpMemory m;
+  m.peer_bytes = layout_.total_bytes();
+  m.private_bytes = allocated_bytes_;
+  return m;
+}
+
 CudaOp::CudaOp(std::shared_ptr<CudaComm> comm, const OpConfig& config, int num_sms)
     : OpBase(config, comm->rank(), comm->size()),
       comm_(std::move(comm)),
@@ -30,120 +153,27 @@ CudaOp::CudaOp(std::shared_ptr<CudaComm> comm, const OpConfig& config, int num_s
       data_blocks_(num_sms * Policy::kDataBlocksPerSm) {
   DeviceGuard guard(device_);
   MOE_EP_CUDA_CHECK(cudaDeviceGetAttribute(&l2_bytes_, cudaDevAttrL2CacheSize, device_));
-  const formats::RowFormat dispatch_wire =
-      formats::row_format(config.dispatch_dtype, config.hidden);
-  const formats::RowFormat combine_wire = formats::row_format(config.combine_dtype, config.hidden);
-  layout_ = BufferLayout::make(
-      world_size_, config.num_experts / world_size_, config.topk, config.max_tokens_per_rank,
-      dispatch_wire.payload_bytes, dispatch_wire.scale_bytes,
-      combine_wire.payload_bytes + combine_wire.scale_bytes, config.low_latency,
-      static_cast<int>((config.hidden + Policy::kDispatchSliceElems - 1) /
-                       Policy::kDispatchSliceElems));
-  pos_ = DeviceArray<int32_t>(device_,
-                              2 * static_cast<size_t>(world_size_) * config.max_tokens_per_rank);
-  send_offset_ = DeviceArray<int32_t>(device_, world_size_);
-  recv_from_self_ = DeviceArray<int32_t>(device_, 1);
-  recv_expert_count_ = DeviceArray<int32_t>(device_, layout_.local_experts);
-  counters_ = DeviceArray<unsigned int>(device_, 4);
-  counters_.zero(comm_->internal_stream());
-  // notify's parts (launch.h): look-back words, sums and finished parts, all zero to start.
-  notify_part_words_ = DeviceArray<uint64_t>(device_, world_size_ * kNotifyMaxParts);
-  notify_part_words_.zero(comm_->internal_stream());
-  notify_part_sums_ = DeviceArray<int32_t>(device_, config.num_experts + world_size_);
-  notify_part_sums_.zero(comm_->internal_stream());
-  notify_parts_done_ = DeviceArray<unsigned int>(device_, world_size_);
-  notify_parts_done_.zero(comm_->internal_stream());
-  block_counter_ = DeviceArray<unsigned int>(device_, 1);
-  block_counter_.zero(comm_->internal_stream());
-  scan_blocks_done_ = DeviceArray<unsigned int>(device_, 1);
-  scan_blocks_done_.zero(comm_->internal_stream());
-  step_done_ = DeviceArray<uint64_t>(device_, 1);
-  step_done_.zero(comm_->internal_stream());
-  error_flag_ = DeviceArray<int32_t>(device_, 1);
-  error_flag_.zero(comm_->internal_stream());
-  step_started_ = DeviceArray<uint64_t>(device_, 2);
-  step_started_.zero(comm_->internal_stream());
-  if (config.low_latency) {
-    const size_t local = static_cast<size_t>(layout_.local_experts);
-    const size_t slab_rows = local * world_size_ * config.max_tokens_per_rank;
-    ll_state_ = DeviceArray<LowLatencyState>(device_, 1);
-    ll_state_.zero(comm_->internal_stream());
-    ll_tickets_ = DeviceArray<unsigned int>(device_, 3);
-    ll_tickets_.zero(comm_->internal_stream());
-    ll_sent_calls_ = DeviceArray<uint64_t>(device_, static_cast<size_t>(data_blocks_));
-    ll_sent_calls_.zero(comm_->internal_stream());
-    ll_send_counts_ = DeviceArray<int32_t>(device_, config.num_experts);
-    ll_send_counts_.zero(comm_->internal_stream());
-    ll_slot_ranks_ = DeviceArray<int32_t>(
-        device_, static_cast<size_t>(config.max_tokens_per_rank) * config.topk);
-    ll_token_mask_ = DeviceArray<uint64_t>(device_, config.max_tokens_per_rank);
-    ll_slot_rows_ = DeviceArray<int32_t>(
-        device_, static_cast<size_t>(world_size_) * config.max_tokens_per_rank * config.topk);
-    ll_slab_payload_ = DeviceArray<char>(device_, slab_rows * dispatch_wire.payload_bytes);
-    ll_slab_scales_ = DeviceArray<char>(device_, slab_rows * dispatch_wire.scale_bytes);
-    ll_count_ = DeviceArray<int32_t>(device_, local);
-    ll_count_.zero(comm_->internal_stream());
-    ll_src_rank_ = DeviceArray<int32_t>(device_, slab_rows);
-    ll_src_token_ = DeviceArray<int32_t>(device_, slab_rows);
-    ll_src_slot_ = DeviceArray<int32_t>(device_, slab_rows);
-  }
-  nodes_ = NodeInfo::of(world_size_, config.ranks_per_node, rank_);
+  const CudaOpGeometry g = CudaOpGeometry::of(config, world_size_, rank_, num_sms);
+  layout_ = g.layout;
+  nodes_ = g.nodes;
+  stage_layout_ = g.stage_layout;
+  ll_msg_dispatch_ = g.ll_msg_dispatch;
+  ll_msg_combine_ = g.ll_msg_combine;
+  ce_combine_from_y_ = g.ce_combine_from_y;
+  visit_arrays(config, world_size_, g, [&](auto member, size_t count, bool zero) {
+    auto& array = this->*member;
+    using Array = std::decay_t<decltype(array)>;
+    array = Array(device_, count);
+    allocated_bytes_ += static_cast<int64_t>(Array::allocation_bytes(count));
+    if (zero) array.zero(comm_->internal_stream());
+  });
   if (nodes_.several()) {
     const size_t remote = static_cast<size_t>(nodes_.num_nodes - 1);
-    const size_t rows = remote * config.max_tokens_per_rank;
-    stage_layout_ = StageLayout::make(dispatch_wire.payload_bytes, dispatch_wire.scale_bytes,
-                                      config.topk, nodes_.node_size);
-    node_pos_ = DeviceArray<int32_t>(
-        device_, static_cast<size_t>(nodes_.num_nodes) * config.max_tokens_per_rank);
-    node_rows_ = DeviceArray<int32_t>(device_, nodes_.num_nodes);
-    forwarded_rows_ = DeviceArray<int32_t>(device_, remote);
-    stage_out_ = DeviceArray<char>(device_, rows * stage_layout_.stride);
-    stage_in_ = DeviceArray<char>(device_, rows * stage_layout_.stride);
-    partial_bf16_ = DeviceArray<uint16_t>(device_, rows * config.hidden);
-    partial_out_ = DeviceArray<char>(device_, rows * layout_.combine_row_bytes);
-    partial_in_ = DeviceArray<char>(device_, rows * layout_.combine_row_bytes);
-    forward_counter_ = DeviceArray<unsigned int>(device_, 1);
-    forward_counter_.zero(comm_->internal_stream());
-    scratch_flag_ = DeviceArray<uint64_t>(device_, 1);
-    step_out_ = DeviceArray<StepWire>(device_, 1);
-    steps_in_ = DeviceArray<StepWire>(device_, world_size_);
-    remote_experts_ =
-        DeviceArray<uint64_t>(device_, static_cast<size_t>(world_size_) * layout_.local_experts);
     exchanged_ = std::make_unique<Event>();
     staged_rows_.assign(remote, 0);
     forwarded_rows_host_.assign(remote, 0);
-    if (config.low_latency) {
-      ll_msg_dispatch_ = DecodeMessageLayout::dispatch(
-          sizeof(StepWire), dispatch_wire.payload_bytes, dispatch_wire.scale_bytes, config.topk,
-          nodes_.node_size, layout_.local_experts, config.max_tokens_per_rank);
-      const size_t bytes = remote * static_cast<size_t>(ll_msg_dispatch_.bytes);
-      ll_msg_out_ = DeviceArray<char>(device_, bytes);
-      ll_msg_in_ = DeviceArray<char>(device_, bytes);
-      // Zero: no message holds a step's rows before its first send (`sent` 0, steps start at 1).
-      ll_msg_out_.zero(comm_->internal_stream());
-      ll_msg_in_.zero(comm_->internal_stream());
-      ll_forward_counter_ = DeviceArray<unsigned int>(device_, 1);
-      ll_forward_counter_.zero(comm_->internal_stream());
-      ll_msg_combine_ = DecodeMessageLayout::combine(sizeof(StepWire), layout_.combine_row_bytes,
-                                                     config.max_tokens_per_rank);
-      const size_t combine_bytes = remote * static_cast<size_t>(ll_msg_combine_.bytes);
-      ll_cmsg_out_ = DeviceArray<char>(device_, combine_bytes);
-      ll_cmsg_in_ = DeviceArray<char>(device_, combine_bytes);
-      ll_cmsg_out_.zero(comm_->internal_stream());
-      ll_cmsg_in_.zero(comm_->internal_stream());
-    }
   }
-  if (config.copy_engine) {  // normal mode on one node (check_config)
-    ce_stage_ = DeviceArray<char>(device_, static_cast<size_t>(layout_.recv_fwd_row_offset(0)));
-    ce_stage_offset_ = DeviceArray<int32_t>(device_, world_size_);
-    ce_combine_from_y_ = config.combine_dtype == CombineDtype::bf16 &&
-                         layout_.combine_row_bytes == 2 * static_cast<int64_t>(config.hidden);
-    if (!ce_combine_from_y_) {
-      ce_combine_stage_ = DeviceArray<char>(
-          device_, static_cast<size_t>(layout_.max_recv_rows() * layout_.combine_row_bytes));
-    }
-    ce_recv_count_.assign(world_size_, 0);
-  }
+  if (config.copy_engine) ce_recv_count_.assign(world_size_, 0);
   buffer_ = comm_->allocate(static_cast<size_t>(layout_.total_bytes()));
   MOE_EP_LOG(LogLevel::kInfo, "cuda op uid ", uid_, " rank ", rank_, "/", world_size_, ": ",
              num_sms_, " SMs (", data_blocks_, " data blocks), buffer ", layout_.total_bytes(),

@@ -24,6 +24,20 @@ namespace moe_ep::cuda_backend {
 // MOE_EP_TIMEOUT_S in nanoseconds: the bound of every device-side wait.
 uint64_t timeout_ns();
 
+// What an op's buffers are sized from: its configuration (copy_engine resolved), the world,
+// this rank's node and the SM budget. Pure: the op takes its layouts from it, and op_memory
+// sizes the same arrays before any creation (CudaOp::visit_arrays).
+struct CudaOpGeometry {
+  BufferLayout layout;
+  NodeInfo nodes;
+  StageLayout stage_layout;             // several nodes
+  DecodeMessageLayout ll_msg_dispatch;  // decode mode across nodes
+  DecodeMessageLayout ll_msg_combine;   // decode mode across nodes
+  bool ce_combine_from_y = false;       // copy engine: bf16 rows copied straight from y
+  int data_blocks = 0;                  // num_sms x Policy::kDataBlocksPerSm
+  static CudaOpGeometry of(const OpConfig& config, int world_size, int rank, int num_sms);
+};
+
 class CudaOp final : public OpBase {
  public:
   // Local part of creation: every allocation of this rank (create_op.cc agrees with the other
@@ -32,6 +46,10 @@ class CudaOp final : public OpBase {
   ~CudaOp() override;
   // Collective: makes the op's buffer known to every rank.
   void publish();
+  // The bytes of every array visit_arrays lists for an op of this geometry (sizes of zero take
+  // one element, as DeviceArray allocates).
+  static int64_t private_bytes(const OpConfig& config, int world_size, const CudaOpGeometry& g);
+  OpMemory memory() const override;
 
   Backend backend() const override { return Backend::kCuda; }
   DispatchResult dispatch(const DispatchArgs& args) override;
@@ -159,6 +177,13 @@ class CudaOp final : public OpBase {
   // back by the host (for the timeout's log line).
   std::string describe_step_words() const;
   std::vector<MemoryRange> owned_memory() const;
+  // Every private device array of an op, in one list: visit(&CudaOp::member, element count,
+  // whether it starts zeroed) for each array the geometry needs. The constructor allocates them
+  // from it and private_bytes() sums it, so what op_memory says before a creation is what the
+  // creation allocates.
+  template <typename Visit>
+  static void visit_arrays(const OpConfig& config, int world_size, const CudaOpGeometry& g,
+                           Visit&& visit);
 
   // A receive part's report that its send part never ran, kept by raise_device_error for the
   // verdict of the next call with a step (empty when none).
@@ -169,6 +194,7 @@ class CudaOp final : public OpBase {
   const int data_blocks_;  // num_sms_ x Policy::kDataBlocksPerSm
   int l2_bytes_ = 0;       // the device's L2 (combine_prefetch_bytes)
   BufferLayout layout_;
+  int64_t allocated_bytes_ = 0;  // of the arrays visit_arrays lists (memory())
   std::unique_ptr<SymmetricMemory> buffer_;
   // The peer table the call kernels get (publish): the buffer's, without the other nodes' ranks
   // when there are several nodes.

@@ -4,6 +4,7 @@
 // an op never waits for the kernels of the rest of the device.
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <map>
@@ -89,9 +90,14 @@ size_t host_block_bytes(size_t bytes) {
   return (bytes == 0 ? kHostAlign : (bytes + kHostAlign - 1) / kHostAlign * kHostAlign);
 }
 
+std::atomic<int64_t> g_device_alloc_bytes{0};
+
 }  // namespace
 
+int64_t device_alloc_bytes() { return g_device_alloc_bytes.load(); }
+
 void* device_alloc(int device, size_t bytes) {
+  g_device_alloc_bytes += static_cast<int64_t>(bytes == 0 ? 1 : bytes);
   DevicePool& p = pool_of(device);
   DeviceGuard guard(device);
   void* ptr = nullptr;

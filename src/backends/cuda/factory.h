@@ -11,5 +11,6 @@ namespace moe_ep::cuda_backend {
 
 std::shared_ptr<Op> create_op(const std::shared_ptr<Communicator>& comm, const OpConfig& config);
 void reject_create(const std::shared_ptr<Communicator>& comm, const std::string& reason);
+OpMemory op_memory(const std::shared_ptr<Communicator>& comm, const OpConfig& config);
 
 }  // namespace moe_ep::cuda_backend

@@ -26,6 +26,9 @@ namespace moe_ep::cuda_backend {
 // this returns. device_free returns it, ordered after nothing: its users must be done.
 void* device_alloc(int device, size_t bytes);
 void device_free(int device, void* p);
+// The bytes every device_alloc of this process has asked for so far (a test hook: the GPU test
+// of op_memory compares a creation's share with Op::memory()).
+int64_t device_alloc_bytes();
 // `bytes` of zeroed, mapped, pinned host memory (aligned to 256 bytes) from the library's
 // process-wide slabs, which are never given back to the driver; host_mapped_free returns a block
 // for reuse. *device_ptr is its address for kernels.
@@ -89,9 +92,12 @@ bool poll_done(Query query, double limit_s) {
 template <typename T>
 class DeviceArray {
  public:
+  using value_type = T;
+  // What an array of `count` elements takes: one element at least.
+  static size_t allocation_bytes(size_t count) { return sizeof(T) * (count == 0 ? 1 : count); }
   DeviceArray() = default;
   DeviceArray(int device, size_t count) : device_(device), count_(count) {
-    data_ = static_cast<T*>(device_alloc(device, sizeof(T) * (count == 0 ? 1 : count)));
+    data_ = static_cast<T*>(device_alloc(device, allocation_bytes(count)));
   }
   DeviceArray(DeviceArray&& other) noexcept
       : device_(other.device_), count_(other.count_), data_(take(other.data_)) {}
