@@ -560,10 +560,9 @@ PYBIND11_MODULE(_C, m) {
          int instance_id, int num_sms, bool low_latency, int ranks_per_node, bool copy_engine,
          bool column_major_scales) {
         if (!comm) throw InvalidArgument("group is None; a communicator is required");
-        const OpConfig config =
-            make_config(num_experts, hidden, top_k, max_tokens_per_rank, dispatch, combine,
-                        instance_id, num_sms, low_latency, ranks_per_node, copy_engine,
-                        column_major_scales);
+        const OpConfig config = make_config(num_experts, hidden, top_k, max_tokens_per_rank,
+                                            dispatch, combine, instance_id, num_sms, low_latency,
+                                            ranks_per_node, copy_engine, column_major_scales);
         return memory_dict(op_memory(comm, config));
       },
       py::arg("comm"), py::arg("num_experts"), py::arg("hidden"), py::arg("top_k"),
