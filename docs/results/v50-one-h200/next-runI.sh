@@ -18,7 +18,9 @@
 #    each fp32 scale to its own column (56 scattered 4-byte stores per received (token, expert)
 #    instead of 224 contiguous bytes). Predicted: dispatch +0.2-1 us at 128-256 tokens, level at
 #    1; combine level. The ctest of step 2 also runs GpuLowLatencyColumnScales.EqualTheReference
-#    and the python_gpu set runs test_gpu_decode_scale_layout.py, both new in v51.
+#    and the python_gpu set runs test_gpu_decode_scale_layout.py, both new in v51, and
+#    GpuOpMemory.CreationAllocatesWhatOpMemorySaid (v51: a creation's pool bytes against
+#    op_memory, which also covers the constructor's allocations moved into one list).
 #   bash docs/results/v50-one-h200/next-runI.sh      (logs to $OUT)
 set -u
 T0=$(date +%s)
@@ -52,7 +54,7 @@ grep -E "wrong|rror" $OUT/columns.log | sort | uniq -c
 python3 tools/bench_compare.py $OUT/columns.log
 t columns
 MOE_EP_TIMEOUT_S=10 timeout $((540 - $(date +%s) + T0)) ctest --test-dir tmp-gpu/B/build/gpu -L gpu \
-  -R 'LowLatency|LateRank|python_gpu' --output-on-failure --timeout 120 > $OUT/tests.log 2>&1
+  -R 'LowLatency|LateRank|OpMemory|python_gpu' --output-on-failure --timeout 120 > $OUT/tests.log 2>&1
 echo "ctest decode rc $?"
 grep -E "tests passed|tests failed|\(Failed\)|\(Timeout\)|Not Run|Skipped\)" $OUT/tests.log | head -30
 t end
