@@ -90,13 +90,7 @@ def check_replay(rk, where, recv, out, exp_recv, exp_out):
 
 @pytest.mark.parametrize("combine_dtype", ref.COMBINE_DTYPES)
 def test_captured_round_replays_with_new_inputs(combine_dtype, run_ranks):
-    if torch is None:
-        pytest.skip("torch is not importable")
-    if not torch.cuda.is_available() or torch.cuda.device_count() < 1:
-        pytest.skip("needs a CUDA GPU")
-    import moe_ep
-    if not moe_ep.cuda_backend_built():
-        pytest.skip("moe_ep was built without the CUDA backend")
+    moe_ep = gpu.one_gpu_moe_ep()
 
     seed = gpu.choose_seed()
     rng = np.random.default_rng(seed)

@@ -43,13 +43,7 @@ def as_bytes(t):
 
 @pytest.mark.parametrize("dispatch_dtype", ["fp8", "fp4"])
 def test_column_major_scales_from_torch(dispatch_dtype, run_ranks):
-    if torch is None:
-        pytest.skip("torch is not importable")
-    if not torch.cuda.is_available() or torch.cuda.device_count() < 1:
-        pytest.skip("needs a CUDA GPU")
-    import moe_ep
-    if not moe_ep.cuda_backend_built():
-        pytest.skip("moe_ep was built without the CUDA backend")
+    moe_ep = gpu.one_gpu_moe_ep()
 
     seed = gpu.choose_seed()
     inputs = rank_inputs(np.random.default_rng(seed))

@@ -10,8 +10,6 @@ printed; MOE_EP_TEST_SEED replays.
 
 import threading
 
-import pytest
-
 import test_gpu_torch as gpu
 
 torch = gpu.torch
@@ -46,13 +44,7 @@ def check_rejection(rk, op, seed, gate):
 
 
 def test_single_gpu_world_two_threads_every_dtype_pair(run_ranks):
-    if torch is None:
-        pytest.skip("torch is not importable")
-    if not torch.cuda.is_available() or torch.cuda.device_count() < 1:
-        pytest.skip("needs a CUDA GPU")
-    import moe_ep
-    if not moe_ep.cuda_backend_built():
-        pytest.skip("moe_ep was built without the CUDA backend")
+    moe_ep = gpu.one_gpu_moe_ep()
 
     seed = gpu.choose_seed()
     world = moe_ep.single_gpu_world(WORLD_SIZE, device=0, timeout_s=120)

@@ -413,6 +413,19 @@ def spawn_ranks(world_size, seed):
     return failures
 
 
+def one_gpu_moe_ep():
+    """moe_ep for a test of ranks on one GPU; skips the test without torch, a CUDA GPU or the
+    CUDA backend."""
+    if torch is None:
+        pytest.skip("torch is not importable")
+    if not torch.cuda.is_available() or torch.cuda.device_count() < 1:
+        pytest.skip("needs a CUDA GPU")
+    moe_ep = importlib.import_module("moe_ep")
+    if not moe_ep.cuda_backend_built():
+        pytest.skip("moe_ep was built without the CUDA backend")
+    return moe_ep
+
+
 def choose_seed():
     """20250611 (as the other tests) unless MOE_EP_TEST_SEED says otherwise."""
     text = os.environ.get("MOE_EP_TEST_SEED")
