@@ -114,6 +114,7 @@ int run_plan(BenchWorld& world, const BenchPlan& plan) {
     std::vector<PairResult> sized_results =
         run_bench(world, sized, *backend, comms, inputs, [&](const PairResult& result) {
           metrics.push_back(pair_metrics(sized, inputs, result, floor));
+          metrics.back().memory = op_memory(comms.front(), op_config(sized, result.pair));
           print_row(out, plan, result, metrics.back());
           discard.str("");
         });

@@ -228,6 +228,8 @@ void write_json(const std::string& path, const BenchPlan& plan, const std::strin
     record["combine_algbw_gbps"] = m.combine_algbw_gbps;
     record["dispatch_pct_floor"] = number_or_null(m.dispatch_floor_pct);
     record["combine_pct_floor"] = number_or_null(m.combine_floor_pct);
+    record["memory_peer_bytes"] = m.memory.peer_bytes;
+    record["memory_private_bytes"] = m.memory.private_bytes;
     record["rel_err"] = r.rel_err;
     record["checked"] = r.wrong.has_value();
     record["wrong"] = r.wrong ? nlohmann::ordered_json(*r.wrong) : nlohmann::ordered_json(nullptr);

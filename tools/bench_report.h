@@ -41,6 +41,7 @@ struct PairMetrics {
   double combine_algbw_gbps = 0.0;
   std::optional<double> dispatch_floor_pct;  // nullopt without a link floor (CPU)
   std::optional<double> combine_floor_pct;
+  OpMemory memory;  // what the pair's op holds on rank 0 (moe_ep::op_memory), for the JSON
 };
 PairMetrics pair_metrics(const BenchPlan& plan, const BenchInputs& inputs, const PairResult& result,
                          std::optional<double> link_floor_gbps);
