@@ -64,9 +64,16 @@ class Layer:
 
 
 def run_rank(rank, world, layer, args, errors):
-    op = moe_ep.get_op(world.communicator(rank), args.experts, args.top_k, args.hidden,
-                       args.max_tokens, dispatch_dtype="bf16", combine_dtype="bf16",
-                       low_latency=True)
+    config = dict(dispatch_dtype="bf16", combine_dtype="bf16", low_latency=True)
+    shape = (args.experts, args.top_k, args.hidden, args.max_tokens)
+    # What the op will hold on this rank, known before it is made (an engine budgets with it).
+    planned = moe_ep.op_memory(world.communicator(rank), *shape, **config)
+    op = moe_ep.get_op(world.communicator(rank), *shape, **config)
+    if op.memory() != planned:
+        raise RuntimeError(f"rank {rank}: op.memory() {op.memory()} != op_memory {planned}")
+    if rank == 0:
+        print(f"op memory per rank: {planned['total']} bytes ({planned['peer_bytes']} peer, "
+              f"{planned['private_bytes']} private)")
     local = args.experts // args.ranks
     rng = np.random.default_rng([args.seed, rank])
     for step in range(args.steps):
