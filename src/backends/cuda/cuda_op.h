@@ -184,6 +184,8 @@ class CudaOp final : public OpBase {
   template <typename Visit>
   static void visit_arrays(const OpConfig& config, int world_size, const CudaOpGeometry& g,
                            Visit&& visit);
+  // Allocates every array of visit_arrays (zeroed where it says), counting allocated_bytes_.
+  void allocate_arrays(const CudaOpGeometry& g);
 
   // A receive part's report that its send part never ran, kept by raise_device_error for the
   // verdict of the next call with a step (empty when none).
