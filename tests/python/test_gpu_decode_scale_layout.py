@@ -7,8 +7,6 @@ of np_reference.py's scale rows, as must recv_x and recv_count. Skipped without 
 or the CUDA backend. The seed is printed; MOE_EP_TEST_SEED replays.
 """
 
-import threading
-
 import numpy as np
 import pytest
 
@@ -96,11 +94,4 @@ def test_column_major_scales_from_torch(dispatch_dtype, run_ranks):
         op.synchronize()
         return rk.errors
 
-    try:
-        results = run_ranks(WORLD_SIZE, rank_fn, timeout_s=THREAD_TIMEOUT_S)
-    finally:
-        if not any(t.name.startswith("moe-ep-rank") and t.is_alive()
-                   for t in threading.enumerate()):
-            moe_ep.clear_op_cache()
-    failures = [f"rank {r}: {e}" for r, errors in enumerate(results) for e in errors[:40]]
-    assert not failures, f"MOE_EP_TEST_SEED={seed}:\n" + "\n".join(failures)
+    gpu.run_one_gpu_ranks(moe_ep, run_ranks, WORLD_SIZE, rank_fn, seed, THREAD_TIMEOUT_S)

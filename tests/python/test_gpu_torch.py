@@ -13,6 +13,7 @@ import queue
 import re
 import socket
 import sys
+import threading
 import time
 import traceback
 
@@ -424,6 +425,20 @@ def one_gpu_moe_ep():
     if not moe_ep.cuda_backend_built():
         pytest.skip("moe_ep was built without the CUDA backend")
     return moe_ep
+
+
+def run_one_gpu_ranks(moe_ep, run_ranks, world_size, rank_fn, seed, timeout_s):
+    """rank_fn(rank) -> its list of failures, on world_size rank threads of one GPU; then the
+    ops are freed (unless a rank thread still hangs in one: a clear would wait for it) and every
+    failure is asserted, with the seed that replays them."""
+    try:
+        results = run_ranks(world_size, rank_fn, timeout_s=timeout_s)
+    finally:
+        if not any(t.name.startswith("moe-ep-rank") and t.is_alive()
+                   for t in threading.enumerate()):
+            moe_ep.clear_op_cache()
+    failures = [f"rank {r}: {e}" for r, errors in enumerate(results) for e in errors[:40]]
+    assert not failures, f"MOE_EP_TEST_SEED={seed}:\n" + "\n".join(failures)
 
 
 def choose_seed():
