@@ -1,9 +1,10 @@
 // Decode mode's column-major scales (OpConfig::column_major_scales, docs/decode-mode.md#scale-layout)
 // on the CPU backend: the view's shape [E/W, scale_dim, W*Tmax]; the bytes as stored, read at
 // (e * scale_dim + j) * W*Tmax + r (written out here, not through the library's getter) against
-// the reference's scale rows; whole rounds (dispatch, expert, combine) bit for bit at every pair
-// with a quantized dispatch, over several nodes and with pre-quantized x; and the configuration
-// rules: decode mode only, the same on every rank.
+// the reference's scale rows, also when the receive part of a hooked dispatch fills them; whole
+// rounds (dispatch, expert, combine) bit for bit at every pair with a quantized dispatch, over
+// several nodes and with pre-quantized x; the configuration rules (decode mode only, the same on
+// every rank); and the warning for columns a TMA load cannot take in place.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -45,11 +46,16 @@ struct Stored {
   std::vector<int32_t> recv_count;  // [E/W]
 };
 
-std::vector<Stored> dispatch_and_copy(const InputSpec& spec, const std::vector<RankInput>& in) {
+// hooked: the dispatch made with return_recv_hook, its receive part then called.
+std::vector<Stored> dispatch_and_copy(const InputSpec& spec, const std::vector<RankInput>& in,
+                                      bool hooked = false) {
   std::vector<Stored> got(spec.world_size);
   testing::run_ranks(spec.world_size, [&](int rank, const std::shared_ptr<Communicator>& comm) {
     std::shared_ptr<Op> op = create_op(comm, spec.config);
-    const LowLatencyDispatchResult d = op->low_latency_dispatch(in[rank].args());
+    const LowLatencyDispatchResult d =
+        op->low_latency_dispatch(LowLatencyDispatchArgs(in[rank].args(), hooked));
+    EXPECT_EQ(d.recv_pending, hooked);
+    if (hooked) op->low_latency_dispatch_recv(d.handle);
     Stored& s = got[rank];
     s.view = d;
     if (d.recv_x_scales.defined()) {
@@ -64,9 +70,10 @@ std::vector<Stored> dispatch_and_copy(const InputSpec& spec, const std::vector<R
 
 // Every scale of every row below the counts sits at (e * scale_dim + j) * W*Tmax + r of the
 // stored bytes, equal to scale j of the reference's row (e, r).
-void expect_stored_column_by_column(const InputSpec& spec, const std::vector<RankInput>& in) {
+void expect_stored_column_by_column(const InputSpec& spec, const std::vector<RankInput>& in,
+                                    bool hooked = false) {
   const OpConfig& c = spec.config;
-  const std::vector<Stored> got = dispatch_and_copy(spec, in);
+  const std::vector<Stored> got = dispatch_and_copy(spec, in, hooked);
   const reference::Shape shape = testing::reference_shape(c, spec.world_size);
   const std::vector<reference::RankInput> ref_in = testing::reference_inputs(in);
   const int64_t cols = scale_dim(c.dispatch_dtype, c.hidden);
@@ -140,6 +147,16 @@ TEST(ColumnMajorScales, PrequantizedXStoredColumnByColumn) {
     InputSpec spec = column_spec(3, 6, 2, 256, 8, dispatch, CombineDtype::bf16);
     spec.prequantized = true;
     expect_stored_column_by_column(spec, make_inputs(spec, test_seed() + 1, {8, 0, 6}));
+  }
+}
+
+// With overlap hooks the receive part fills the columns, as it fills the rows.
+TEST(ColumnMajorScales, HookedDispatchFillsTheColumnsInItsReceive) {
+  for (DispatchDtype dispatch : {DispatchDtype::fp8, DispatchDtype::fp4}) {
+    SCOPED_TRACE(to_string(dispatch));
+    const InputSpec spec = column_spec(2, 4, 2, 256, 8, dispatch, CombineDtype::bf16);
+    expect_stored_column_by_column(spec, make_inputs(spec, test_seed() + 3, {8, 5}),
+                                   /*hooked=*/true);
   }
 }
 
