@@ -1,5 +1,5 @@
-// Decode mode's column-major scales (OpConfig::column_major_scales, docs/decode-mode.md#scale-layout)
-// on the CPU backend: the view's shape [E/W, scale_dim, W*Tmax]; the bytes as stored, read at
+// Decode mode's column-major scales (OpConfig::column_major_scales,
+// docs/decode-mode.md#scale-layout) on the CPU backend: the view's shape [E/W, scale_dim, W*Tmax]; the bytes as stored, read at
 // (e * scale_dim + j) * W*Tmax + r (written out here, not through the library's getter) against
 // the reference's scale rows, also when the receive part of a hooked dispatch fills them; whole
 // rounds (dispatch, expert, combine) bit for bit at every pair with a quantized dispatch, over
