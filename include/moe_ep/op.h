@@ -62,7 +62,7 @@ struct OpConfig {
   // MOE_EP_COPY_ENGINE for ops that can use it. true is refused with low_latency or with
   // ranks_per_node below the world size. Ignored by the CPU backend.
   bool copy_engine = false;
-  // Decode mode's scale layout (docs/decode-mode.md#scales-column-major): false stores
+  // Decode mode's scale layout (docs/decode-mode.md#scale-layout): false stores
   // recv_x_scales row by row, [E/W, W*Tmax, scale_dim] as normal mode's scale rows; true stores
   // each expert's scales column by column, [E/W, scale_dim, W*Tmax] (DeepEP's low-latency
   // layout, which grouped GEMMs load with TMA). The same values either way; no effect without
