@@ -1,6 +1,6 @@
-"""Ops on torch tensors and numpy arrays: get_op, Op.dispatch, Op.combine, the decode-mode
-calls Op.low_latency_dispatch and Op.low_latency_combine (with overlap hooks: return_recv_hook),
-single_gpu_world.
+"""Ops on torch tensors and numpy arrays: get_op (and op_memory, what it would allocate),
+Op.dispatch, Op.combine, the decode-mode calls Op.low_latency_dispatch and
+Op.low_latency_combine (with overlap hooks: return_recv_hook), single_gpu_world.
 
 Arguments are handed to the C++ op zero copy (DLPack); outputs are views of the op's buffers,
 valid until the next dispatch of the same mode on the same op. CUDA work is queued on torch's
@@ -9,7 +9,7 @@ communicator a group means, which cache an op lives in, which torch dtype a byte
 viewed as, int64 expert ids made int32, and making every refusal of this layer collective: an
 argument this rank cannot hand to the C++ op is still a call (Op.reject, reject_create), so
 every rank fails with the reason at once instead of waiting for this one until the timeout
-poisons the op.
+poisons the op. The helpers that check and export single arguments are in _args.py.
 """
 
 import sys
