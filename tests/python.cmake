@@ -28,7 +28,8 @@ add_test(NAME python_gpu
                  -o faulthandler_timeout=240
                  ${CMAKE_CURRENT_SOURCE_DIR}/python/test_gpu_torch.py
                  ${CMAKE_CURRENT_SOURCE_DIR}/python/test_gpu_single_gpu_world.py
-                 ${CMAKE_CURRENT_SOURCE_DIR}/python/test_gpu_decode_graph.py)
+                 ${CMAKE_CURRENT_SOURCE_DIR}/python/test_gpu_decode_graph.py
+                 ${CMAKE_CURRENT_SOURCE_DIR}/python/test_gpu_decode_scale_layout.py)
 set_tests_properties(python_gpu PROPERTIES LABELS gpu ENVIRONMENT "${_py_env}" TIMEOUT 900)
 
 add_test(NAME python_pip_install
