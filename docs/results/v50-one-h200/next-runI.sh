@@ -13,7 +13,8 @@
 #    new world-size-1 tests (Ranks/GpuLowLatency.AllDtypePairsEqualTheReference/W1,
 #    GpuLowLatencyWorldOfOne.OneSmBudgetTakesEveryItem: 8 items a warp,
 #    GpuLowLatencyGraph...AtWorldSize1).
-# 3. (Added in v51, after column_major_scales landed.) The decode bench on main with and
+# 3. (Added in v51, after column_major_scales landed; runs after the tests, in the time left.)
+#    The decode bench on main with and
 #    without --column-major-scales, fp8 dispatch / bf16 combine, 3 rounds: the cost of storing
 #    each fp32 scale to its own column (56 scattered 4-byte stores per received (token, expert)
 #    instead of 224 contiguous bytes). Predicted: dispatch +0.2-1 us at 128-256 tokens, level at
@@ -45,16 +46,17 @@ done; done > $OUT/decode.log 2>&1
 grep -E "wrong|rror" $OUT/decode.log | sort | uniq -c
 python3 tools/bench_compare.py $OUT/decode.log
 t bench
-C="bench --backend cuda --ranks 1 --mode decode --tokens 1,32,128,256 --iters 200 --warmup 20 --decode-graph round --dispatch-dtype fp8 --combine-dtype bf16"
-for r in 1 2 3; do
-  echo "== rows round $r"; timeout 60 ./build/gpu/tools/moe-ep $C
-  echo "== columns round $r"; timeout 60 ./build/gpu/tools/moe-ep $C --column-major-scales
-done > $OUT/columns.log 2>&1
-grep -E "wrong|rror" $OUT/columns.log | sort | uniq -c
-python3 tools/bench_compare.py $OUT/columns.log
-t columns
-MOE_EP_TIMEOUT_S=10 timeout $((540 - $(date +%s) + T0)) ctest --test-dir tmp-gpu/B/build/gpu -L gpu \
+MOE_EP_TIMEOUT_S=10 timeout $((480 - $(date +%s) + T0)) ctest --test-dir tmp-gpu/B/build/gpu -L gpu \
   -R 'LowLatency|LateRank|OpMemory|python_gpu' --output-on-failure --timeout 120 > $OUT/tests.log 2>&1
 echo "ctest decode rc $?"
 grep -E "tests passed|tests failed|\(Failed\)|\(Timeout\)|Not Run|Skipped\)" $OUT/tests.log | head -30
+# 3. Last, in what time is left (the tests come first): rows against columns.
+C="bench --backend cuda --ranks 1 --mode decode --tokens 1,32,128,256 --iters 200 --warmup 20 --decode-graph round --dispatch-dtype fp8 --combine-dtype bf16"
+timeout $((585 - $(date +%s) + T0)) bash -c "for r in 1 2 3; do
+  echo \"== rows round \$r\"; timeout 60 ./build/gpu/tools/moe-ep $C
+  echo \"== columns round \$r\"; timeout 60 ./build/gpu/tools/moe-ep $C --column-major-scales
+done" > $OUT/columns.log 2>&1
+grep -E "wrong|rror" $OUT/columns.log | sort | uniq -c
+python3 tools/bench_compare.py $OUT/columns.log
+t columns
 t end
