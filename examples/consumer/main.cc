@@ -3,6 +3,7 @@
 // unchanged and combine. Combine sums one copy per destination rank, so every output row must
 // equal the input row times the number of distinct ranks its experts live on (0 when every slot
 // is masked). The values are small multiples of 0.5, so every sum is exact in bf16.
+// Each rank also asks op_memory before creating its op and checks that Op::memory() agrees.
 // Prints "consumer OK" and returns 0 only when every value is right.
 #include <cstdint>
 #include <cstdio>
@@ -56,7 +57,16 @@ int run_rank(const std::shared_ptr<moe_ep::CpuWorld>& world, int rank) {
   config.max_tokens_per_rank = 8;
   config.dispatch_dtype = moe_ep::DispatchDtype::bf16;
   config.combine_dtype = moe_ep::CombineDtype::bf16;
+  // What the op will hold on this rank, asked before it exists; the op made must say the same.
+  const moe_ep::OpMemory planned = moe_ep::op_memory(world->communicator(rank), config);
   std::shared_ptr<moe_ep::Op> op = moe_ep::create_op(world->communicator(rank), config);
+  const moe_ep::OpMemory held = op->memory();
+  if (held.peer_bytes != planned.peer_bytes || held.private_bytes != planned.private_bytes ||
+      planned.total() <= 0) {
+    std::fprintf(stderr, "rank %d: op_memory %lld bytes, Op::memory %lld\n", rank,
+                 static_cast<long long>(planned.total()), static_cast<long long>(held.total()));
+    return 1;
+  }
 
   std::vector<uint16_t> x(kNumTokens * kHidden);              // [num_tokens, hidden] bf16
   std::vector<int32_t> topk_idx(kNumTokens * kTopk);          // [num_tokens, topk]
