@@ -113,7 +113,8 @@ class Op:
                 f"E={c['num_experts']} H={c['hidden']} K={c['top_k']} "
                 f"T<={c['max_tokens_per_rank']} {c['dispatch_dtype']}/{c['combine_dtype']}"
                 f"{' low_latency' if self.low_latency else ''}"
-                f"{' copy_engine' if self.copy_engine else ''}>")
+                f"{' copy_engine' if self.copy_engine else ''}"
+                f"{' column_major_scales' if self.column_major_scales else ''}>")
 
     def _stream(self) -> int:
         """torch's current stream on the op's device (0 for the CPU backend)."""
