@@ -57,16 +57,19 @@ class RecvHook:
     holds one pending receive: until its hook has run, every other call on the op fails on every
     rank, and calling a hook twice (or one of an earlier call) raises InvalidUsage on the rank
     that does it, without waiting for the others."""
-    __slots__ = ("_op", "_kind", "_handle", "_keep")
+    __slots__ = ("_op", "_kind", "_handle", "_keep", "_after")
 
-    def __init__(self, op, kind: str, handle, keep=None):
+    def __init__(self, op, kind: str, handle, keep=None, after=None):
         self._op = op          # the Op wrapper
         self._kind = kind      # "low_latency_dispatch_recv" or "low_latency_combine_recv"
         self._handle = handle  # the LowLatencyHandle of the call's low-latency dispatch
         self._keep = keep      # combine: the out the receive part writes, alive until then
+        self._after = after    # dispatch: what completes it once the views hold its rows
 
     def __call__(self) -> None:
         getattr(self._op._op, self._kind)(self._handle, stream=self._op._stream())
+        if self._after is not None:
+            self._after()
 
     def __repr__(self):
         return (f"<moe_ep.RecvHook {self._kind} of low-latency dispatch call "
@@ -225,8 +228,32 @@ class Op:
         self._op.combine(handle, y_arg, out_arg, stream=stream)
         return out
 
+    def _recv_stats(self, stats, as_torch: bool):
+        """cumulative_local_expert_recv_stats checked: None, or an int32 [E/W] tensor of the
+        kind of x (a torch tensor on x's device, or a writable numpy array)."""
+        if stats is None:
+            return None
+        local = self._num_experts // self.world_size
+        name = "cumulative_local_expert_recv_stats"
+        if as_torch:
+            torch = _torch()
+            ok = (_is_torch(stats) and stats.dtype == torch.int32
+                  and tuple(stats.shape) == (local,))
+            want = f"a torch.int32 tensor of shape ({local},)"
+        else:
+            np = sys.modules.get("numpy")
+            ok = (_is_numpy(stats) and stats.dtype == np.int32 and stats.shape == (local,)
+                  and stats.flags.writeable)
+            want = f"a writable numpy int32 array of shape ({local},)"
+        if not ok:
+            got = (f"{type(stats).__name__} {getattr(stats, 'dtype', '')} "
+                   f"{tuple(getattr(stats, 'shape', ()))}")
+            raise InvalidArgument(f"{name}: {got.strip()} is not {want} (E/W local experts, "
+                                  "as x's kind)")
+        return stats
+
     def low_latency_dispatch(self, x, topk_idx, topk_weights, x_scales=None,
-                             return_recv_hook=False):
+                             return_recv_hook=False, cumulative_local_expert_recv_stats=None):
         """Decode mode's dispatch; returns (LowLatencyDispatchOutput, LowLatencyHandle), and
         with return_recv_hook=True (recv, handle, hook).
 
@@ -242,12 +269,18 @@ class Op:
         at once; the outputs are views of their fixed memory but hold nothing of this call until
         hook() (a RecvHook) has run. Every rank calls its hook; until then the op takes no
         other call.
+
+        cumulative_local_expert_recv_stats (as DeepEP's: expert load statistics): an int32 [E/W]
+        tensor of x's kind that each call adds its recv_count to, on torch's current stream
+        (capturable), once its receive is complete (in hook() with return_recv_hook). Untouched
+        when the call fails.
         """
         as_torch = _is_torch(x)
         stream = 0
         try:
             stream = self._stream()
             hook = _bool_arg("return_recv_hook", return_recv_hook)
+            stats = self._recv_stats(cumulative_local_expert_recv_stats, as_torch)
         except Exception as e:  # noqa: BLE001 -- any refusal of this rank is the call's
             self._reject("low_latency_dispatch", e, stream)
         args, stream = self._dispatch_args("low_latency_dispatch", x, topk_idx, topk_weights,
@@ -265,8 +298,18 @@ class Op:
             scales,
             *(_from_buffer(recv[k], as_torch) for k in (
                 "recv_count", "recv_src_rank", "recv_src_token", "recv_src_slot")))
+        add_counts = None
+        if stats is not None:
+            def add_counts():
+                if as_torch:
+                    stats.add_(out.recv_count)
+                else:
+                    sys.modules["numpy"].add(stats, out.recv_count, out=stats)
         if hook:
-            return out, handle, RecvHook(self, "low_latency_dispatch_recv", handle)
+            return out, handle, RecvHook(self, "low_latency_dispatch_recv", handle,
+                                         after=add_counts)
+        if add_counts is not None:
+            add_counts()
         return out, handle
 
     def low_latency_combine(self, y, handle, out=None, return_recv_hook=False):
