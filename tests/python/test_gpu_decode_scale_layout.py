@@ -4,7 +4,8 @@
 mxfp4; recv_x_scales must have DeepEP's shape [E/W, W*Tmax, scale_dim] and strides
 (W*Tmax * scale_dim, 1, W*Tmax), dtype float32 or float8_e8m0fnu, and below each count the bits
 of np_reference.py's scale rows, as must recv_x and recv_count. Skipped without torch, a CUDA GPU
-or the CUDA backend. The seed is printed; MOE_EP_TEST_SEED replays.
+or the CUDA backend. The call also adds its counts to a cumulative_local_expert_recv_stats
+tensor on the stream. The seed is printed; MOE_EP_TEST_SEED replays.
 """
 
 import numpy as np
@@ -62,10 +63,14 @@ def test_column_major_scales_from_torch(dispatch_dtype, run_ranks):
         x = torch.from_numpy(mine["x"].view(np.int16)).view(torch.bfloat16).to(dev)
         idx = torch.from_numpy(mine["topk_idx"]).to(dev)
         w = torch.from_numpy(mine["topk_weights"]).to(dev)
+        stats = torch.full((NUM_EXPERTS // WORLD_SIZE,), 3, dtype=torch.int32, device=dev)
         torch.cuda.synchronize(dev)
         with torch.cuda.stream(stream):
-            recv, _ = op.low_latency_dispatch(x, idx, w)
+            recv, _ = op.low_latency_dispatch(x, idx, w, cumulative_local_expert_recv_stats=stats)
         stream.synchronize()
+        if not torch.equal(stats, recv.recv_count + 3):
+            rk.fail(f"cumulative_local_expert_recv_stats {stats.tolist()} != 3 + "
+                    f"{recv.recv_count.tolist()}")
         s = recv.recv_x_scales
         if tuple(s.shape) != (NUM_EXPERTS // WORLD_SIZE, slab, cols):
             rk.fail(f"recv_x_scales shape {tuple(s.shape)}")
