@@ -228,18 +228,18 @@ class Op:
         self._op.combine(handle, y_arg, out_arg, stream=stream)
         return out
 
-    def _recv_stats(self, stats, as_torch: bool):
+    def _recv_stats(self, stats, x):
         """cumulative_local_expert_recv_stats checked: None, or an int32 [E/W] tensor of the
         kind of x (a torch tensor on x's device, or a writable numpy array)."""
         if stats is None:
             return None
         local = self._num_experts // self.world_size
         name = "cumulative_local_expert_recv_stats"
-        if as_torch:
+        if _is_torch(x):
             torch = _torch()
             ok = (_is_torch(stats) and stats.dtype == torch.int32
-                  and tuple(stats.shape) == (local,))
-            want = f"a torch.int32 tensor of shape ({local},)"
+                  and tuple(stats.shape) == (local,) and stats.device == x.device)
+            want = f"a torch.int32 tensor of shape ({local},) on {x.device}"
         else:
             np = sys.modules.get("numpy")
             ok = (_is_numpy(stats) and stats.dtype == np.int32 and stats.shape == (local,)
@@ -247,7 +247,7 @@ class Op:
             want = f"a writable numpy int32 array of shape ({local},)"
         if not ok:
             got = (f"{type(stats).__name__} {getattr(stats, 'dtype', '')} "
-                   f"{tuple(getattr(stats, 'shape', ()))}")
+                   f"{tuple(getattr(stats, 'shape', ()))} {getattr(stats, 'device', '')}")
             raise InvalidArgument(f"{name}: {got.strip()} is not {want} (E/W local experts, "
                                   "as x's kind)")
         return stats
@@ -280,7 +280,7 @@ class Op:
         try:
             stream = self._stream()
             hook = _bool_arg("return_recv_hook", return_recv_hook)
-            stats = self._recv_stats(cumulative_local_expert_recv_stats, as_torch)
+            stats = self._recv_stats(cumulative_local_expert_recv_stats, x)
         except Exception as e:  # noqa: BLE001 -- any refusal of this rank is the call's
             self._reject("low_latency_dispatch", e, stream)
         args, stream = self._dispatch_args("low_latency_dispatch", x, topk_idx, topk_weights,
