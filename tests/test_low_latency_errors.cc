@@ -385,6 +385,9 @@ TEST(LowLatencyErrors, BackendWithoutDecodeModeSaysSo) {
                {"decode mode is not implemented by the cuda backend"});
   expect_error(outcome_of([&] { op.low_latency_combine({}, {}, {}); }), ErrorCode::kInvalidUsage,
                {"decode mode is not implemented by the cuda backend"});
+  // Op::memory() too is a default such a backend inherits.
+  expect_error(outcome_of([&] { op.memory(); }), ErrorCode::kInvalidUsage,
+               {"memory() is not implemented by the cuda backend"});
 }
 
 TEST(LowLatencyErrors, CallKindNames) {
