@@ -14,6 +14,7 @@
 #include "backends/cpu/backend.h"
 #include "core/check.h"
 #include "core/log.h"
+#include "formats/row_format.h"
 #include "moe_ep/config.h"
 
 #if MOE_EP_WITH_CUDA
@@ -65,10 +66,10 @@ void check_row_bytes_for(int hidden, Dtype dtype, const char* leg) {
 // op does not pad the columns (docs/decode-mode.md#scale-layout); rank 0 says so once per op.
 void warn_unaligned_columns(const Op& op) {
   const OpConfig& c = op.config();
-  const int64_t cols = scale_dim(c.dispatch_dtype, c.hidden);
-  if (!c.column_major_scales || cols == 0 || op.rank() != 0) return;
-  const int64_t column_bytes = static_cast<int64_t>(op.world_size()) * c.max_tokens_per_rank *
-                               (scale_bytes(c.dispatch_dtype, c.hidden) / cols);
+  const formats::RowFormat wire = formats::row_format(c.dispatch_dtype, c.hidden);
+  if (!c.column_major_scales || !wire.has_scales() || op.rank() != 0) return;
+  const int64_t column_bytes =
+      static_cast<int64_t>(op.world_size()) * c.max_tokens_per_rank * element_size(wire.scale_type);
   if (column_bytes % 16 == 0) return;
   MOE_EP_LOG(LogLevel::kWarn, "op uid ", op.uid(), ": column_major_scales columns of W * ",
              "max_tokens_per_rank = ", op.world_size(), " * ", c.max_tokens_per_rank,

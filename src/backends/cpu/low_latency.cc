@@ -29,6 +29,7 @@
 #include "core/recv_views.h"
 #include "core/slab_scales.h"
 #include "formats/codecs.h"
+#include "formats/row_format.h"
 
 namespace moe_ep::cpu_backend {
 
@@ -139,9 +140,10 @@ void CpuOp::receive_low_latency() {
   const int64_t slab_rows = static_cast<int64_t>(world_size_) * max_tokens;       // rows per slab
   const int64_t payload = payload_bytes(config_.dispatch_dtype, config_.hidden);  // bytes per row
   const int64_t scales = scale_bytes(config_.dispatch_dtype, config_.hidden);     // bytes per row
-  const int64_t scale_cols = scale_dim(config_.dispatch_dtype, config_.hidden);   // per row
+  const formats::RowFormat wire = formats::row_format(config_.dispatch_dtype, config_.hidden);
+  const int64_t scale_cols = wire.scale_cols;                // per row, 0 without scales
+  const int64_t scale_elem = element_size(wire.scale_type);  // bytes of one scale
   const SlabScales slab_scales{slab_rows, scale_cols, config_.column_major_scales};
-  const int64_t scale_elem = scale_cols > 0 ? scales / scale_cols : 0;  // bytes
 
   std::fill(mine.slab_count.begin(), mine.slab_count.end(), 0);
   std::fill(mine.slab_src_rank.begin(), mine.slab_src_rank.end(), -1);

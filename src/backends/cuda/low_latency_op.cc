@@ -15,6 +15,7 @@
 #include "backends/cuda/cuda_op.h"
 #include "core/arg_checks.h"
 #include "core/recv_views.h"
+#include "formats/row_format.h"
 #include "moe_ep/config.h"
 
 namespace moe_ep::cuda_backend {
@@ -42,9 +43,9 @@ LowLatencyParams CudaOp::ll_params(CallKind kind, bool host_rejected) const {
   p.slot_rows = ll_slot_rows_.get();
   p.slab_payload = ll_slab_payload_.get();
   p.slab_scales = ll_slab_scales_.get();
-  const int64_t scales_per_row = scale_dim(config_.dispatch_dtype, config_.hidden);
-  p.column_scale_bytes = config_.column_major_scales && scales_per_row > 0
-                             ? static_cast<int32_t>(layout_.dispatch_scale_bytes / scales_per_row)
+  const formats::RowFormat wire = formats::row_format(config_.dispatch_dtype, config_.hidden);
+  p.column_scale_bytes = config_.column_major_scales && wire.has_scales()
+                             ? static_cast<int32_t>(element_size(wire.scale_type))
                              : 0;
   p.count = ll_count_.get();
   p.src_rank = ll_src_rank_.get();
