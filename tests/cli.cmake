@@ -156,6 +156,27 @@ moe_ep_cli_ok(bench_decode_ranks_per_node "mode decode" "# nodes: 2 of 2" "d_net
               ${MOE_EP_CLI} bench --backend cpu --mode decode --ranks 4 --ranks-per-node 2
               --experts 8 --topk 3 --tokens 6 --masked-fraction 0.2 ${small})
 
+# --routing (docs/bench.md#routing): checked benches with Zipf-skewed and group-limited routing in
+# both modes, the balance line before each size's rows, and the refusals.
+moe_ep_cli_ok(bench_routing_zipf "routing zipf:1.2" "# routing zipf:1.2, 16 tokens: rows received"
+              "# routing zipf:1.2, 4 tokens: rows received" "# wrong: 0 OK" --
+              ${MOE_EP_CLI} bench --backend cpu --ranks 4 --experts 16 --topk 4 --tokens 16,4
+              --routing zipf:1.2 --dispatch-dtype fp8 ${small})
+moe_ep_cli_ok(bench_decode_routing_groups "mode decode" "routing groups:4:2"
+              "# routing groups:4:2, 8 tokens" "# wrong: 0 OK" --
+              ${MOE_EP_CLI} bench --backend cpu --mode decode --ranks 4 --experts 16 --topk 4
+              --tokens 8 --masked-fraction 0.2 --routing groups:4:2 ${small})
+moe_ep_cli_error(routing_unknown 2 "--routing=skewed" "uniform|zipf:S|groups:G:M" --
+                 ${MOE_EP_CLI} bench --backend cpu --routing skewed)
+moe_ep_cli_error(routing_zipf_zero 2 "--routing=zipf:0" "must be a number in (0, 8" --
+                 ${MOE_EP_CLI} bench --backend cpu --routing zipf:0)
+moe_ep_cli_error(routing_groups_not_dividing 2 "--routing=groups:5:2" "--experts=64" --
+                 ${MOE_EP_CLI} bench --backend cpu --routing groups:5:2)
+moe_ep_cli_error(routing_groups_above_g 2 "--routing=groups:4:5" "G=4" --
+                 ${MOE_EP_CLI} bench --backend cpu --routing groups:4:5)
+moe_ep_cli_error(routing_groups_too_few_experts 2 "--routing=groups:16:1" "--topk=8" --
+                 ${MOE_EP_CLI} bench --backend cpu --routing groups:16:1)
+
 # The node split under mpirun, every branch (tools/bench_world.cc, without MPI).
 find_package(fmt CONFIG REQUIRED)
 add_executable(bench_world_test bench_world_test.cc ${PROJECT_SOURCE_DIR}/tools/bench_world.cc)
@@ -163,6 +184,14 @@ target_include_directories(bench_world_test PRIVATE ${PROJECT_SOURCE_DIR}/tools)
 target_compile_definitions(bench_world_test PRIVATE MOE_EP_BENCH_HAS_MPI=0)
 target_link_libraries(bench_world_test PRIVATE moe_ep fmt::fmt GTest::gtest GTest::gtest_main)
 gtest_discover_tests(bench_world_test PROPERTIES LABELS cpu DISCOVERY_TIMEOUT 60)
+
+# The bench's inputs (tools/bench_inputs.cc): the routings of --routing and the balance counts.
+add_executable(bench_inputs_test bench_inputs_test.cc ${PROJECT_SOURCE_DIR}/tools/bench_inputs.cc)
+target_include_directories(bench_inputs_test PRIVATE ${PROJECT_SOURCE_DIR}/tools
+                                                     ${CMAKE_CURRENT_SOURCE_DIR})
+target_link_libraries(bench_inputs_test PRIVATE moe_ep moe_ep_internal fmt::fmt GTest::gtest
+                                                GTest::gtest_main)
+gtest_discover_tests(bench_inputs_test PROPERTIES LABELS cpu DISCOVERY_TIMEOUT 60)
 
 # One rank per process under mpirun (tools/bench_world.h), when moe-ep was built with MPI and
 # mpirun is there: the whole distributed path at -np 1 on the CPU backend (its own rank against

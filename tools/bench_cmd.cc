@@ -111,6 +111,9 @@ int run_plan(BenchWorld& world, const BenchPlan& plan) {
   for (int tokens : plan.token_sizes) {
     const BenchPlan sized = plan_at_tokens(plan, tokens);
     const BenchInputs inputs = make_bench_inputs(sized);
+    if (plan.shape.routing.kind != Routing::Kind::kUniform) {
+      print_balance(out, sized, inputs.balance);
+    }
     std::vector<PairResult> sized_results =
         run_bench(world, sized, *backend, comms, inputs, [&](const PairResult& result) {
           metrics.push_back(pair_metrics(sized, inputs, result, floor));
@@ -228,6 +231,11 @@ CommandFn add_bench_command(CLI::App& app) {
                 "compare every output bit for bit with the reference (default on)");
   add_double(cmd, "--masked-fraction", o.masked_fraction,
              "fraction of top-k slots masked with -1 (default 0)");
+  cmd->add_option("--routing", o.routing,
+                  "uniform|zipf:S|groups:G:M, how tokens pick their experts: uniform (default); "
+                  "zipf:S, expert popularity falling as 1/rank^S, the same hot experts on every "
+                  "rank; groups:G:M, DeepSeek-V3's group-limited routing, E/G consecutive "
+                  "experts a group, each token's experts from M groups (V3: groups:8:4)");
   cmd->add_option("--baseline", o.baseline,
                   "none|nccl; nccl also times an NCCL all-to-allv moving the same bytes per peer "
                   "as each leg (cuda and --mode normal only; default none)");

@@ -1,15 +1,38 @@
 // Replayable inputs of `moe-ep bench` (every value derives from (seed, rank, index), so any rank
-// can regenerate any other rank's data): gaussian x of standard deviation x_std, uniform
-// routing with distinct experts per token, positive weights normalised over the token's slots,
-// and a fraction of masked slots. Also the two measures that depend only on the inputs: the
-// number of rows that cross ranks (for the byte counts) and the error of `out` against
-// unquantized fp64 math.
+// can regenerate any other rank's data): gaussian x of standard deviation x_std, routing with
+// distinct experts per token (uniform, skewed by a Zipf law, or limited to a few groups of
+// experts: Routing), positive weights normalised over the token's slots, and a fraction of
+// masked slots. Also the measures that depend only on the inputs: the rows that cross ranks
+// (for the byte counts), how evenly they land, and the error of `out` against unquantized fp64
+// math.
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace moe_ep::cli {
+
+// How tokens pick their K distinct experts (--routing, docs/bench.md#routing).
+//   kUniform: every set of K experts equally likely (the default).
+//   kZipf: expert popularity falls as a Zipf law: the expert at place i (0-based) of a popularity
+//     order has weight 1 / (i + 1)^zipf_s, and each token draws its K experts one after another,
+//     each in proportion to the weights of the experts not drawn yet. The order is a shuffle of
+//     the experts made from the seed alone, so every rank has the same hot experts (a router's
+//     preference is the model's, not the rank's), wherever they are placed.
+//   kGroups: DeepSeek-V3's group-limited routing: the experts form `groups` groups of E / groups
+//     consecutive ids; each token picks groups_per_token distinct groups uniformly, then K
+//     distinct experts uniformly among theirs. With groups = W each group is one rank's experts,
+//     so a token reaches at most groups_per_token ranks (V3: 8 groups, 4 a token).
+struct Routing {
+  enum class Kind { kUniform, kZipf, kGroups };
+  Kind kind = Kind::kUniform;
+  double zipf_s = 0.0;       // kZipf: the exponent, > 0
+  int groups = 0;            // kGroups: G, dividing E
+  int groups_per_token = 0;  // kGroups: M, 1 <= M <= G, K <= M * E / G
+};
+// "uniform", "zipf:1.2", "groups:8:4": the text --routing takes.
+std::string to_string(const Routing& routing);
 
 struct InputShape {
   int ranks = 1;                 // W
@@ -19,6 +42,7 @@ struct InputShape {
   int topk = 1;                  // K
   double masked_fraction = 0.0;  // probability that a slot is -1
   double x_std = 0.02;           // standard deviation of x (docs/bench.md)
+  Routing routing;
   uint64_t seed = 0;
 };
 
@@ -35,6 +59,19 @@ RankInputs make_inputs(const InputShape& shape, int rank);
 // Combine sends the same rows back, r -> s.
 std::vector<int64_t> count_route_rows(const InputShape& shape,
                                       const std::vector<RankInputs>& inputs);  // [W, W]
+
+// How evenly the rows land: the most and the mean over ranks of the rows each rank receives
+// (self included: column sums of count_route_rows), and the most and the mean over experts of the
+// (token, expert) pairs each expert receives (unmasked slots). The slowest rank and the busiest
+// expert bound a leg and a grouped GEMM; uniform routing keeps both near their means.
+struct Balance {
+  int64_t recv_rows_max = 0;
+  double recv_rows_mean = 0.0;
+  int64_t expert_rows_max = 0;
+  double expert_rows_mean = 0.0;
+};
+Balance count_balance(const InputShape& shape, const std::vector<RankInputs>& inputs,
+                      const std::vector<int64_t>& route_rows);  // route_rows: [W, W]
 
 // Rows that dispatch moves between different ranks, summed over all source ranks: token t of
 // rank s counts once for every rank r != s that owns an expert of an unmasked slot of t.

@@ -8,8 +8,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include "bench_backend.h"
 #include "commands.h"
@@ -131,6 +133,69 @@ constexpr FieldFlag kFieldFlags[] = {{"world_size", "--ranks"},
     }
   }
   throw InvalidArgument(message);
+}
+
+// --routing uniform|zipf:S|groups:G:M (Routing), checked against the shape's experts and top-k.
+Routing parse_routing(const std::string& text, int experts, int topk) {
+  constexpr const char* kAllowed = "allowed: uniform|zipf:S|groups:G:M";
+  Routing routing;
+  if (text == "uniform") return routing;
+  const std::vector<std::string> parts = [&] {
+    std::vector<std::string> out;
+    size_t begin = 0;
+    while (true) {
+      const size_t colon = text.find(':', begin);
+      out.push_back(text.substr(begin, colon - begin));
+      if (colon == std::string::npos) return out;
+      begin = colon + 1;
+    }
+  }();
+  // A whole decimal number (no sign, no trailing text), else nullopt.
+  const auto whole_int = [](const std::string& v) -> std::optional<int> {
+    if (v.empty() || v.size() > 9 || v.find_first_not_of("0123456789") != std::string::npos) {
+      return std::nullopt;
+    }
+    return std::stoi(v);
+  };
+  if (parts[0] == "zipf" && parts.size() == 2) {
+    // Up to 8: the least popular expert's weight E^-S stays a normal double for any E below
+    // 2^32 (2^-256), and beyond about 4 nearly every token draws the same K experts anyway.
+    const char* begin = parts[1].c_str();
+    char* end = nullptr;
+    const double s = parts[1].empty() ? 0.0 : std::strtod(begin, &end);
+    if (parts[1].empty() || end != begin + parts[1].size() || !(s > 0.0 && s <= 8.0)) {
+      bad_argument("--routing", text, "the Zipf exponent S of zipf:S must be a number in (0, 8]");
+    }
+    routing.kind = Routing::Kind::kZipf;
+    routing.zipf_s = s;
+    return routing;
+  }
+  if (parts[0] == "groups" && parts.size() == 3) {
+    const std::optional<int> g = whole_int(parts[1]), m = whole_int(parts[2]);
+    if (!g || !m || *g < 1 || *m < 1) {
+      bad_argument("--routing", text, "groups:G:M takes two integers >= 1");
+    }
+    if (experts % *g != 0) {
+      bad_argument("--routing", text,
+                   "the number of groups G must divide --experts=" + std::to_string(experts));
+    }
+    if (*m > *g) {
+      bad_argument("--routing", text,
+                   "a token's groups M must be <= the number of groups G=" + std::to_string(*g));
+    }
+    const int64_t reachable = static_cast<int64_t>(*m) * (experts / *g);
+    if (topk > reachable) {
+      bad_argument("--routing", text,
+                   "M groups hold M * E / G = " + std::to_string(reachable) +
+                       " experts, fewer than --topk=" + std::to_string(topk) +
+                       " distinct experts a token");
+    }
+    routing.kind = Routing::Kind::kGroups;
+    routing.groups = *g;
+    routing.groups_per_token = *m;
+    return routing;
+  }
+  bad_argument("--routing", text, kAllowed);
 }
 
 void check_at_least(const char* flag, int value, int minimum, const char* name) {
@@ -370,6 +435,8 @@ BenchPlan plan_bench(const BenchOptions& o) {
                        std::to_string(sized.max_tokens) + " (max_tokens_per_rank)");
     }
   }
+  // After the shape's own checks, which it relies on (E and K valid).
+  s.routing = parse_routing(o.routing, s.experts, s.topk);
   // Writable, without creating the file: a run that fails writes nothing.
   if (!plan.json_path.empty()) {
     const std::filesystem::path path(plan.json_path);

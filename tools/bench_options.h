@@ -31,10 +31,11 @@ struct BenchOptions {
   std::string json_path;  // empty: no JSON
   bool check = true;
   double masked_fraction = 0.0;
-  double x_std = 0.02;            // standard deviation of the gaussian x (docs/bench.md)
-  std::string baseline = "none";  // none|nccl (nccl: cuda backend only)
-  std::vector<int> num_sms;       // --num-sms 8,16,32: one run per budget; empty: the default
-  bool copy_engine = false;       // --copy-engine: OpConfig::copy_engine (cuda, normal, one node)
+  std::string routing = "uniform";  // --routing uniform|zipf:S|groups:G:M (InputShape::routing)
+  double x_std = 0.02;              // standard deviation of the gaussian x (docs/bench.md)
+  std::string baseline = "none";    // none|nccl (nccl: cuda backend only)
+  std::vector<int> num_sms;         // --num-sms 8,16,32: one run per budget; empty: the default
+  bool copy_engine = false;         // --copy-engine: OpConfig::copy_engine (cuda, normal, one node)
   bool column_major_scales = false;  // --column-major-scales (decode mode)
   std::string decode_graph = "leg";  // --decode-graph leg|round (decode mode's timing)
   // Not a flag: under mpirun, the number of processes (one rank each, bench_world.h); 0 when the
@@ -69,7 +70,7 @@ struct DtypePair {
 struct BenchPlan {
   BenchMode mode = BenchMode::kNormal;
   Backend backend = Backend::kCpu;
-  InputShape shape;    // ranks, tokens per rank, hidden, experts, topk, masked fraction, seed
+  InputShape shape;    // ranks, tokens per rank, hidden, experts, topk, masked, routing, seed
   int max_tokens = 0;  // max_tokens_per_rank of the op (Tmax of the slabs in decode mode)
   // OpConfig::ranks_per_node of every op: ranks [n*L, (n+1)*L) form node n; 0 = one node.
   int ranks_per_node = 0;

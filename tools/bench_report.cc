@@ -41,6 +41,7 @@ PairMetrics pair_metrics(const BenchPlan& plan, const BenchInputs& inputs, const
   const int64_t combine_row =
       payload_bytes(result.pair.combine, h) + scale_bytes(result.pair.combine, h);
   PairMetrics m;
+  m.balance = inputs.balance;
   m.dispatch_bytes = remote_rows * dispatch_row / ranks;
   m.combine_bytes = remote_rows * combine_row / ranks;
   if (several_nodes(plan)) {
@@ -70,10 +71,11 @@ void print_header(std::ostream& os, const BenchPlan& plan, const std::string& ba
                               : std::to_string(plan.max_tokens);
   os << fmt::format(
       "# moe-ep bench: mode {}, backend {}, ranks {}, tokens {}/rank (max {}), hidden {}, "
-      "experts {}, topk {}, masked {:g}, x_std {:g}, iters {}, warmup {}, seed {}, check {}\n",
+      "experts {}, topk {}, masked {:g}, routing {}, x_std {:g}, iters {}, warmup {}, seed {}, "
+      "check {}\n",
       to_string(plan.mode), backend, s.ranks, fmt::join(plan.token_sizes, ","), max, s.hidden,
-      s.experts, s.topk, s.masked_fraction, s.x_std, plan.iters, plan.warmup, s.seed,
-      plan.check ? "on" : "off");
+      s.experts, s.topk, s.masked_fraction, to_string(s.routing), s.x_std, plan.iters, plan.warmup,
+      s.seed, plan.check ? "on" : "off");
   if (plan.one_rank_per_process) {
     os << "# launch: mpirun, one rank per process; every process checks its own rank against the "
           "reference of all ranks, times are gathered\n";
@@ -134,6 +136,18 @@ void print_header(std::ostream& os, const BenchPlan& plan, const std::string& ba
     os << fmt::format(" {:>9}", "round_us");
   }
   os << "\n" << std::flush;
+}
+
+void print_balance(std::ostream& os, const BenchPlan& plan, const Balance& b) {
+  const auto ratio_to_mean = [](int64_t max, double mean) {
+    return mean > 0.0 ? fmt::format("{:.2f}x", max / mean) : std::string("-");
+  };
+  os << fmt::format(
+      "# routing {}, {} tokens: rows received per rank max {} (mean {:.1f}, {}); (token, "
+      "expert) pairs per expert max {} (mean {:.1f}, {})\n",
+      to_string(plan.shape.routing), plan.shape.tokens, b.recv_rows_max, b.recv_rows_mean,
+      ratio_to_mean(b.recv_rows_max, b.recv_rows_mean), b.expert_rows_max, b.expert_rows_mean,
+      ratio_to_mean(b.expert_rows_max, b.expert_rows_mean));
 }
 
 void print_row(std::ostream& os, const BenchPlan& plan, const PairResult& r, const PairMetrics& m) {
@@ -203,6 +217,7 @@ void write_json(const std::string& path, const BenchPlan& plan, const std::strin
     record["topk"] = s.topk;
     if (several_nodes(plan)) record["ranks_per_node"] = plan.ranks_per_node;
     record["masked_fraction"] = s.masked_fraction;
+    record["routing"] = to_string(s.routing);
     record["x_std"] = s.x_std;
     record["seed"] = s.seed;
     record["iters"] = plan.iters;
@@ -224,6 +239,10 @@ void write_json(const std::string& path, const BenchPlan& plan, const std::strin
       record["dispatch_net_bytes"] = *m.dispatch_net_bytes;
       record["combine_net_bytes"] = *m.combine_net_bytes;
     }
+    record["recv_rows_max"] = m.balance.recv_rows_max;
+    record["recv_rows_mean"] = m.balance.recv_rows_mean;
+    record["expert_rows_max"] = m.balance.expert_rows_max;
+    record["expert_rows_mean"] = m.balance.expert_rows_mean;
     record["dispatch_algbw_gbps"] = m.dispatch_algbw_gbps;
     record["combine_algbw_gbps"] = m.combine_algbw_gbps;
     record["dispatch_pct_floor"] = number_or_null(m.dispatch_floor_pct);

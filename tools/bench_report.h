@@ -7,7 +7,9 @@
 // `tokens` column; every JSON record has `tokens` and `max_tokens` (those of its row). With several
 // nodes (--ranks-per-node L < W) the header gains a line naming the nodes, the table the columns
 // d_net_MB and c_net_MB, and each JSON record ranks_per_node, dispatch_net_bytes and
-// combine_net_bytes; on one node all three stay as they were.
+// combine_net_bytes; on one node all three stay as they were. The header names the routing
+// (--routing); with one other than uniform a comment line before each size's rows says how evenly
+// its rows land, and every JSON record has the routing and those counts.
 #pragma once
 
 #include <cstdint>
@@ -42,11 +44,14 @@ struct PairMetrics {
   std::optional<double> dispatch_floor_pct;  // nullopt without a link floor (CPU)
   std::optional<double> combine_floor_pct;
   OpMemory memory;  // what the pair's op holds on rank 0 (moe_ep::op_memory), for the JSON
+  Balance balance;  // how evenly the inputs' rows land (the same for every pair of a size)
 };
 PairMetrics pair_metrics(const BenchPlan& plan, const BenchInputs& inputs, const PairResult& result,
                          std::optional<double> link_floor_gbps);
 
 void print_header(std::ostream& os, const BenchPlan& plan, const std::string& backend);
+// With a routing other than uniform, before each token size's rows: how evenly its rows land.
+void print_balance(std::ostream& os, const BenchPlan& plan, const Balance& balance);
 // The row of one run; the plan says which optional columns the table has (tokens, sms).
 void print_row(std::ostream& os, const BenchPlan& plan, const PairResult& result,
                const PairMetrics& metrics);

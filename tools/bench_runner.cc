@@ -230,6 +230,7 @@ BenchInputs make_bench_inputs(const BenchPlan& plan) {
   }
   inputs.remote_rows = count_remote_rows(plan.shape, inputs.ranks);
   inputs.route_rows = count_route_rows(plan.shape, inputs.ranks);
+  inputs.balance = count_balance(plan.shape, inputs.ranks, inputs.route_rows);
   inputs.net_rows = count_net_rows(plan.shape, inputs.ranks, plan.ranks_per_node);
   return inputs;
 }

@@ -40,6 +40,7 @@ struct BenchInputs {
   int64_t remote_rows = 0;        // rows dispatch moves between ranks, all ranks summed
   int64_t net_rows = 0;  // rows dispatch moves between nodes, all ranks summed (0 on one node)
   std::vector<int64_t> route_rows;  // [W, W] rows dispatch moves from rank s to rank r (s == r too)
+  Balance balance;                  // how evenly the rows land (count_balance)
 };
 
 // Generates every rank's inputs (one thread per rank).

@@ -16,6 +16,8 @@ FIELDS = {
     "combine_us": (int, float), "bytes_per_rank": int, "dispatch_bytes": int,
     "combine_bytes": int, "dispatch_algbw_gbps": (int, float),
     "combine_algbw_gbps": (int, float), "rel_err": (int, float), "wrong": int,
+    "routing": str, "recv_rows_max": int, "recv_rows_mean": (int, float),
+    "expert_rows_max": int, "expert_rows_mean": (int, float),
 }
 DISPATCH = {"bfloat16", "float8_blockwise", "mxfp4_blockwise"}
 COMBINE = {"bfloat16", "float8_blockwise", "float8_direct_cast", "int8_e3m4_blockwise"}
@@ -40,6 +42,12 @@ def main(path):
         assert r["wrong"] == 0, f"{r['dispatch_dtype']}/{r['combine_dtype']}: wrong={r['wrong']}"
         assert r["dispatch_us"] > 0 and r["combine_us"] > 0, r
         assert r["bytes_per_rank"] == r["dispatch_bytes"] + r["combine_bytes"], r
+        # Uniform routing by default; the balance counts of its rows (tools/bench_inputs.h): the
+        # means are the rows over 4 ranks and the 32 tokens x 4 slots of 4 ranks over 16 experts.
+        assert r["routing"] == "uniform", r
+        assert r["recv_rows_max"] >= r["recv_rows_mean"] > 0, r
+        assert r["expert_rows_mean"] == 4 * 32 * 4 / 16, r
+        assert r["expert_rows_max"] >= r["expert_rows_mean"], r
         assert 0 <= r["rel_err"] < 0.5, r
         # The NCCL baseline's fields appear only with --baseline nccl (GPU only).
         assert "nccl_dispatch_us" not in r and "nccl_combine_us" not in r, r
