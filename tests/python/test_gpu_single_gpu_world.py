@@ -3,8 +3,9 @@ GPU, each driven from its own Python thread and torch stream, with CUDA torch te
 (dispatch, combine) dtype pairs run through get_op (one op cache per rank, LRU of 4, so ops are
 evicted on the way), and every output is compared bit for bit with np_reference.py using the
 inputs and checks of test_gpu_torch.py; then a rank whose Python layer rejects a tensor fails
-both ranks' call with its reason and the op works for the next call, and int64 expert ids give
-the outputs of int32 ones. Skipped without torch, a CUDA GPU or the CUDA backend. The seed is
+both ranks' call with its reason and the op works for the next call, a normal-mode dispatch
+inside torch.cuda.graph raises InvalidUsage naming the capture on both ranks and the op works
+after it, and int64 expert ids give the outputs of int32 ones. Skipped without torch, a CUDA GPU or the CUDA backend. The seed is
 printed; MOE_EP_TEST_SEED replays.
 """
 
@@ -43,6 +44,32 @@ def check_rejection(rk, op, seed, gate):
     gpu.run_case(rk, op, "fp8", "bf16", 2)  # the op works for the next call
 
 
+def check_capture(rk, op, moe_ep, seed, gate):
+    """Both ranks capture a normal-mode dispatch with torch.cuda.graph: each raises InvalidUsage
+    naming the capture at once (normal mode is not capturable, docs/design.md#streams-and-the-sm-
+    budget), nothing waits for the other rank, and the op works for the next call."""
+    x, idx, weights = gpu.reference_case(seed, 0, WORLD_SIZE)["inputs"][rk.rank]
+    dev = rk.device
+    x_d, idx_d, weights_d = x.to(dev), idx.to(dev), weights.to(dev)
+    torch.cuda.current_stream().synchronize()
+    gate.wait()  # no kernel of either rank in flight while both capture
+    graph = torch.cuda.CUDAGraph()
+    try:
+        # thread_local: the other rank thread's CUDA calls must not break this thread's capture.
+        with torch.cuda.graph(graph, stream=torch.cuda.current_stream(),
+                              capture_error_mode="thread_local"):
+            op.dispatch(x_d, idx_d, weights_d)
+    except moe_ep.InvalidUsage as e:
+        if "dispatch: stream=" not in str(e) or "is capturing a CUDA graph" not in str(e):
+            rk.fail(f"capture: expected the capture named in the error, got {e}")
+    except Exception as e:  # noqa: BLE001 -- reported, not swallowed
+        rk.fail(f"capture: expected InvalidUsage, got {type(e).__name__}: {e}")
+    else:
+        rk.fail("capture: a normal-mode dispatch inside torch.cuda.graph raised nothing")
+    gate.wait()
+    gpu.run_case(rk, op, "fp8", "bf16", 3)  # the op works for the next call
+
+
 def test_single_gpu_world_two_threads_every_dtype_pair(run_ranks):
     moe_ep = gpu.one_gpu_moe_ep()
 
@@ -76,6 +103,7 @@ def test_single_gpu_world_two_threads_every_dtype_pair(run_ranks):
                             gpu.run_case(rk, op, d, c, case)
                 op = get_op("fp8", "bf16")
                 check_rejection(rk, op, seed, gate)
+                check_capture(rk, op, moe_ep, seed, gate)
                 gpu.check_int64_ids(rk, op)
                 gpu.run_case(rk, op, "fp8", "bf16", 4, give_out=True)
             stream.synchronize()

@@ -205,6 +205,7 @@ DispatchResult CudaOp::dispatch(const DispatchArgs& args) {
   check_usable();
   DeviceGuard guard(device_);
   raise_device_error("dispatch", nullptr, /*before_step=*/true);  // an earlier call's error
+  refuse_capture("dispatch", static_cast<cudaStream_t>(args.stream));
   StepVerdict verdict = next_step(CallKind::kDispatch);
   bool prequantized = false;
   int64_t num_tokens = 0;
@@ -373,6 +374,7 @@ void CudaOp::combine(const Handle& handle, const TensorView& y, const TensorView
   check_usable();
   DeviceGuard guard(device_);
   raise_device_error("combine", nullptr, /*before_step=*/true);
+  refuse_capture("combine", static_cast<cudaStream_t>(stream_arg));
   StepVerdict verdict = next_step(CallKind::kCombine);
   collect_rejection(verdict, [&] {
     take_receive_error();
@@ -441,8 +443,11 @@ void CudaOp::reject(CallKind kind, const std::string& reason, void* stream_arg) 
   }
   auto stream = static_cast<cudaStream_t>(stream_arg);
   const bool decode = kind == CallKind::kLowLatencyDispatch || kind == CallKind::kLowLatencyCombine;
-  // Without decode buffers every rank rejects a decode call alike, so there is nothing to agree.
-  if (decode && !config_.low_latency) {
+  if (!decode) refuse_capture(to_string(kind), stream);
+  // Without decode buffers every rank rejects a decode call alike, so there is nothing to agree;
+  // nor inside a capture, as low_latency_dispatch / low_latency_combine reject there (a rejected
+  // call cannot be part of the graph, and the agreement would wait on the host).
+  if (decode && (!config_.low_latency || capturing(stream))) {
     throw InvalidArgument(detail::concat(to_string(kind), ": ", verdict.error));
   }
   try {

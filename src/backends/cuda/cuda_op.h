@@ -99,6 +99,14 @@ class CudaOp final : public OpBase {
   // Starts a call on `stream` behind the op's previous one (skipped while the stream is being
   // captured: the graph orders its nodes) and ends it.
   bool capturing(cudaStream_t stream) const;
+  // Normal mode's calls cannot be captured in a CUDA graph: the host numbers their steps, so a
+  // replay would repeat a step its peers have passed (its waits could even match the captured
+  // call's old flags and read stale rows), and a dispatch or a rejection waits on the host for
+  // the device. Raises InvalidUsage naming the call and the stream when `stream` is capturing,
+  // before the call's step: nothing is launched, the op stays usable, and every rank that
+  // captures refuses alike (a peer that does not capture waits for this rank until its timeout,
+  // as for any rank that does not make the call). Decode mode's calls are capturable.
+  void refuse_capture(const char* call, cudaStream_t stream) const;
   // Starts a call on `stream`: after the op's previous call, with the step agreement.
   // `rejection` empty means this rank accepted its arguments. An accepted dispatch passes `scan`
   // and `notify`: with one node the input scan, the step and notify run in one kernel

@@ -26,6 +26,15 @@ bool CudaOp::capturing(cudaStream_t stream) const {
   return status != cudaStreamCaptureStatusNone;
 }
 
+void CudaOp::refuse_capture(const char* call, cudaStream_t stream) const {
+  if (!capturing(stream)) return;
+  throw InvalidUsage(detail::concat(
+      call, ": stream=", static_cast<const void*>(stream),
+      " is capturing a CUDA graph, and normal mode's calls cannot be captured (the host numbers "
+      "their steps, and a dispatch waits on the host for num_recv); capture decode mode's "
+      "low_latency_dispatch and low_latency_combine (an op with low_latency=true) instead"));
+}
+
 LowLatencyParams CudaOp::ll_params(CallKind kind, bool host_rejected) const {
   LowLatencyParams p{};
   p.info = rank_info();
