@@ -206,6 +206,10 @@ class Op {
   // What this op allocated on this rank (op_memory before its creation said the same). The
   // default throws InvalidUsage naming the backend.
   virtual OpMemory memory() const;
+  // True once a call of this op was issued on a stream that was capturing a CUDA graph (decode
+  // mode on the CUDA backend; normal mode refuses captures): a graph may replay its kernels, so
+  // the op must outlive every such graph. OpCache keeps such an op past its eviction.
+  virtual bool captured() const { return false; }
 };
 
 // Collective: every rank of `comm` calls it with the same config. Creations are matched by
@@ -227,7 +231,10 @@ void reject_create(const std::shared_ptr<Communicator>& comm, const std::string&
 // LRU cache of ops keyed by (group, configuration), capacity 4 by default
 // (docs/design.md#configuration). One cache per rank; because every rank makes the same calls,
 // every rank evicts the same ops in the same order. The evicted op is released when the last
-// reference to it goes. Not thread-safe: one cache per rank and thread.
+// reference to it goes, except an op whose calls a CUDA graph captured (Op::captured()): a replay
+// of that graph would run its kernels on freed memory, so the cache keeps such an op (retained(),
+// a warning logged at its eviction) until clear(), which the caller makes once no graph that
+// captured it will run again. Not thread-safe: one cache per rank and thread.
 class OpCache {
  public:
   explicit OpCache(size_t capacity = 4);
@@ -240,6 +247,9 @@ class OpCache {
   size_t capacity() const;
   // Descriptions of the evicted configurations, oldest eviction first.
   const std::vector<std::string>& eviction_log() const;
+  // Evicted ops kept because a CUDA graph captured their calls.
+  size_t retained() const;
+  // Drops every op, the retained ones included.
   void clear();
 
  private:

@@ -100,6 +100,10 @@ class Op:
     copy_engine = property(lambda self: self._op.copy_engine,
                            doc="OpConfig::copy_engine as resolved at creation: whether normal "
                                "mode moves rows with the GPU's copy engines (CUDA backend).")
+    captured = property(lambda self: self._op.captured,
+                        doc="Op::captured(): whether a CUDA graph captured a call of this op "
+                            "(then get_op's cache keeps it past its eviction, until "
+                            "clear_op_cache).")
     def memory(self) -> dict:
         """What this op allocated on this rank: {"peer_bytes", "private_bytes", "total"}, as
         op_memory said before its creation (docs/design.md#memory-per-op)."""
@@ -516,7 +520,9 @@ def single_gpu_world(world_size: int, device: int = 0, timeout_s: float = 0,
 
 
 def clear_op_cache(group=None) -> None:
-    """Drops cached ops (each is released when the last reference to it goes).
+    """Drops cached ops (each is released when the last reference to it goes), the evicted ops
+    kept because a CUDA graph captured their calls included: call it once no such graph will be
+    replayed.
 
     group=None drops every cache of this process: with CPU ranks as threads that is every
     rank's cache, so call it from one rank or from all, but while no rank is inside get_op (e.g.
@@ -552,13 +558,14 @@ def _cache_key_of(group):
 
 
 def op_cache_info() -> dict:
-    """{(backend, group id, rank): (size, capacity, eviction log)} for each cache."""
+    """{(backend, group id, rank): (size, capacity, eviction log, retained)} for each cache;
+    retained: evicted ops the cache keeps because a CUDA graph captured their calls."""
     with _lock:
         entries = dict(_caches)
     info = {}
     for key, (cache, cache_lock) in entries.items():
         with cache_lock:
-            info[key] = (cache.size, cache.capacity, list(cache.eviction_log))
+            info[key] = (cache.size, cache.capacity, list(cache.eviction_log), cache.retained)
     return info
 
 

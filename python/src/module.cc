@@ -456,6 +456,7 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("uid", &Op::uid)
       .def_property_readonly("low_latency", [](const Op& op) { return op.config().low_latency; })
       .def_property_readonly("copy_engine", [](const Op& op) { return op.config().copy_engine; })
+      .def_property_readonly("captured", &Op::captured)
       .def("memory", [](const Op& op) { return memory_dict(op.memory()); })
       .def("dispatch", &dispatch, py::arg("x"), py::arg("topk_idx"), py::arg("topk_weights"),
            py::arg("x_scales") = py::none(), py::arg("stream") = 0, py::arg("raw_bits") = false)
@@ -539,6 +540,7 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("size", &OpCache::size)
       .def_property_readonly("capacity", &OpCache::capacity)
       .def_property_readonly("eviction_log", &OpCache::eviction_log)
+      .def_property_readonly("retained", &OpCache::retained)
       .def("clear", [](OpCache& cache) {
         py::gil_scoped_release release;
         cache.clear();

@@ -281,6 +281,7 @@ struct OpCache::Impl {
   size_t capacity;
   std::list<Entry> entries;  // most recently used first
   std::vector<std::string> eviction_log;
+  std::vector<std::shared_ptr<Op>> retained;  // evicted, but captured in a CUDA graph
 };
 
 OpCache::OpCache(size_t capacity) : impl_(std::make_unique<Impl>()) {
@@ -305,7 +306,15 @@ std::shared_ptr<Op> OpCache::get(const std::shared_ptr<Communicator>& comm,
   // Create first: a creation that throws leaves the cache as it was on every rank.
   std::shared_ptr<Op> op = create_op(comm, config);
   if (entries.size() >= impl_->capacity) {
-    impl_->eviction_log.push_back(entries.back().config.describe());
+    Impl::Entry& victim = entries.back();
+    impl_->eviction_log.push_back(victim.config.describe());
+    if (victim.op->captured()) {
+      // Every rank captures the same calls, so every rank keeps the same ops.
+      MOE_EP_LOG(LogLevel::kWarn, "op cache: the evicted op ", victim.config.describe(),
+                 " had calls captured in a CUDA graph, which may still replay them: kept until "
+                 "the cache is cleared (OpCache::clear, Python clear_op_cache)");
+      impl_->retained.push_back(victim.op);
+    }
     entries.pop_back();  // releases the cache's reference; the op goes with the last one
   }
   entries.push_front(Impl::Entry{group_id, rank, config, op});
@@ -315,6 +324,10 @@ std::shared_ptr<Op> OpCache::get(const std::shared_ptr<Communicator>& comm,
 size_t OpCache::size() const { return impl_->entries.size(); }
 size_t OpCache::capacity() const { return impl_->capacity; }
 const std::vector<std::string>& OpCache::eviction_log() const { return impl_->eviction_log; }
-void OpCache::clear() { impl_->entries.clear(); }
+size_t OpCache::retained() const { return impl_->retained.size(); }
+void OpCache::clear() {
+  impl_->entries.clear();
+  impl_->retained.clear();
+}
 
 }  // namespace moe_ep

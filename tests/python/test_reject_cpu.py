@@ -338,6 +338,7 @@ def test_two_worlds_interleaving_get_op_have_their_own_caches(rng, make_inputs, 
         comm = worlds[w].communicator(rank)
         op = moe_ep.get_op(comm, E, K, H, MAX_T, dispatch_dtype="fp8", combine_dtype="bf16")
         again = moe_ep.get_op(comm, E, K, H, MAX_T, dispatch_dtype="fp8", combine_dtype="bf16")
+        assert op.captured is False  # no CUDA graph on the CPU backend
         return op.uid, again is op, [round_trip(op, inputs[w][rank], ypools[w][rank])]
 
     res = run_ranks(4, thread_fn, timeout_s=60)
@@ -350,6 +351,8 @@ def test_two_worlds_interleaving_get_op_have_their_own_caches(rng, make_inputs, 
         for rank in range(2):
             key = ("cpu", world.communicator(rank).group_id, rank)
             assert key in info and info[key][0] == 1, (key, info.get(key))
+            # Nothing retained: CPU ops are never captured in a CUDA graph.
+            assert info[key][3] == 0, (key, info[key])
     assert worlds[0].communicator(0).group_id != worlds[1].communicator(0).group_id
 
 

@@ -21,7 +21,11 @@
 #    1; combine level. The ctest of step 2 also runs GpuLowLatencyColumnScales.EqualTheReference
 #    and the python_gpu set runs test_gpu_decode_scale_layout.py, both new in v51, and
 #    GpuOpMemory.CreationAllocatesWhatOpMemorySaid (v51: a creation's pool bytes against
-#    op_memory, which also covers the constructor's allocations moved into one list).
+#    op_memory, which also covers the constructor's allocations moved into one list). v52 adds
+#    GpuCapture.* (tests/test_gpu_capture.cc: normal-mode calls inside a capture refused, a
+#    decode reject inside one raising its reason, a captured decode op kept by OpCache past its
+#    eviction and its graph replayed) and, in python_gpu's
+#    test_gpu_single_gpu_world.py, a normal-mode dispatch inside torch.cuda.graph.
 #   bash docs/results/v50-one-h200/next-runI.sh      (logs to $OUT)
 set -u
 T0=$(date +%s)
@@ -47,7 +51,7 @@ grep -E "wrong|rror" $OUT/decode.log | sort | uniq -c
 python3 tools/bench_compare.py $OUT/decode.log
 t bench
 MOE_EP_TIMEOUT_S=10 timeout $((480 - $(date +%s) + T0)) ctest --test-dir tmp-gpu/B/build/gpu -L gpu \
-  -R 'LowLatency|LateRank|OpMemory|python_gpu' --output-on-failure --timeout 120 > $OUT/tests.log 2>&1
+  -R 'LowLatency|LateRank|OpMemory|GpuCapture|python_gpu' --output-on-failure --timeout 120 > $OUT/tests.log 2>&1
 echo "ctest decode rc $?"
 grep -E "tests passed|tests failed|\(Failed\)|\(Timeout\)|Not Run|Skipped\)" $OUT/tests.log | head -30
 # 3. Last, in what time is left (the tests come first): rows against columns.

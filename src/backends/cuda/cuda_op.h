@@ -9,6 +9,7 @@
 // errors are raised at the op's next entry or synchronize().
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -50,6 +51,7 @@ class CudaOp final : public OpBase {
   // one element, as DeviceArray allocates).
   static int64_t private_bytes(const OpConfig& config, int world_size, const CudaOpGeometry& g);
   OpMemory memory() const override;
+  bool captured() const override { return captured_.load(std::memory_order_relaxed); }
 
   Backend backend() const override { return Backend::kCuda; }
   DispatchResult dispatch(const DispatchArgs& args) override;
@@ -233,6 +235,7 @@ class CudaOp final : public OpBase {
   Event notified_;   // after notify: num_recv is known
   Event call_done_;  // after the op's latest call, on the stream it ran on
   bool have_call_ = false;
+  std::atomic<bool> captured_{false};         // a call was issued into a CUDA graph (Op::captured)
   uint64_t steps_ = 0;                        // collective steps so far, equal on every rank
   bool combined_ = false;                     // the latest dispatch was combined
   CallKind last_kind_ = CallKind::kDispatch;  // of the latest call queued

@@ -129,6 +129,7 @@ LowLatencyDispatchResult CudaOp::low_latency_dispatch(const LowLatencyDispatchAr
     // op without decode buffers has no decode step words: every rank rejects alike.
     throw_own_rejection(verdict);
   }
+  if (in_graph) captured_ = true;
   try {
     if (have_call_ && !in_graph)
       MOE_EP_CUDA_CHECK(cudaStreamWaitEvent(stream, call_done_.get(), 0));
@@ -210,6 +211,7 @@ void CudaOp::low_latency_dispatch_recv(const LowLatencyHandle& handle, void* str
   take_pending(CallKind::kLowLatencyDispatch, handle, call);
   auto stream = static_cast<cudaStream_t>(stream_arg);
   const bool in_graph = capturing(stream);
+  if (in_graph) captured_ = true;
   try {
     if (have_call_ && !in_graph)
       MOE_EP_CUDA_CHECK(cudaStreamWaitEvent(stream, call_done_.get(), 0));
@@ -243,6 +245,7 @@ void CudaOp::low_latency_combine(const TensorView& y, const LowLatencyHandle& ha
   auto stream = static_cast<cudaStream_t>(stream_arg);
   const bool in_graph = capturing(stream);
   if (!accepted && (in_graph || !config_.low_latency)) throw_own_rejection(verdict);
+  if (in_graph) captured_ = true;
   try {
     if (have_call_ && !in_graph)
       MOE_EP_CUDA_CHECK(cudaStreamWaitEvent(stream, call_done_.get(), 0));
@@ -300,6 +303,7 @@ void CudaOp::low_latency_combine_recv(const LowLatencyHandle& handle, void* stre
   const PendingRecv pending = take_pending(CallKind::kLowLatencyCombine, handle, call);
   auto stream = static_cast<cudaStream_t>(stream_arg);
   const bool in_graph = capturing(stream);
+  if (in_graph) captured_ = true;
   try {
     if (have_call_ && !in_graph)
       MOE_EP_CUDA_CHECK(cudaStreamWaitEvent(stream, call_done_.get(), 0));
