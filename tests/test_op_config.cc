@@ -115,6 +115,16 @@ TEST(OpConfig, MaxTokens) {
   expect_rejected(c, 8, {"max_tokens_per_rank=2097152 exceeds the limit"});
 }
 
+TEST(OpConfig, NumSmsRange) {
+  OpConfig c = valid();
+  c.num_sms = -1;
+  expect_rejected(c, 8, {"num_sms=-1 must be in [0, 1024]"});
+  c.num_sms = 1025;
+  expect_rejected(c, 8, {"num_sms=1025 must be in [0, 1024]"});
+  c.num_sms = 1024;
+  check_config(c, 8);
+}
+
 TEST(OpConfig, DtypeEnumsOutOfRange) {
   OpConfig c = valid();
   c.dispatch_dtype = static_cast<DispatchDtype>(7);
@@ -293,6 +303,28 @@ TEST(OpConfig, BackendNames) {
 TEST(OpConfig, CreateOpWithNullCommunicator) {
   expect_error(outcome_of([] { create_op(nullptr, valid()); }), ErrorCode::kInvalidArgument,
                {"create_op: comm is null"});
+  expect_error(outcome_of([] { reject_create(nullptr, "a reason"); }), ErrorCode::kInvalidArgument,
+               {"reject_create: comm is null"});
+}
+
+// A communicator of another layer's making that reports the CPU backend without being one of a
+// CpuWorld: the CPU backend cannot use it and says so instead of misreading it.
+class ForeignCpuCommunicator : public Communicator {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  Backend backend() const override { return Backend::kCpu; }
+  uint64_t group_id() const override { return 12345; }
+};
+
+TEST(OpConfig, CreateOpWithAForeignCpuCommunicator) {
+  OpConfig c = valid();
+  c.num_experts = 8;
+  c.max_tokens_per_rank = 4;
+  expect_error(outcome_of([&] { create_op(std::make_shared<ForeignCpuCommunicator>(), c); }),
+               ErrorCode::kInvalidArgument,
+               {"create_op: the communicator reports backend cpu but does not come from a "
+                "CpuWorld"});
 }
 
 TEST(OpConfig, CpuWorldArguments) {
