@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/agreement.h"
 #include "testing/harness.h"
 
 namespace moe_ep {
@@ -64,6 +65,41 @@ struct RoundCheck {
                                   res.inputs[rank].num_tokens, op.config().hidden));
   }
 };
+
+// How a creation names the first field two ranks' configurations differ in: dtypes by name at
+// both ends of their enums (a number past the end as a number), the last field like the others,
+// and a field index out of range as "unknown field".
+TEST(Agreement, ConfigDifferenceNamesTheFieldAndItsValues) {
+  OpConfig a;
+  a.num_experts = 8;
+  a.hidden = 256;
+  a.topk = 2;
+  a.max_tokens_per_rank = 4;
+  OpConfig b = a;
+  a.dispatch_dtype = DispatchDtype::bf16;
+  b.dispatch_dtype = DispatchDtype::fp4;
+  EXPECT_EQ(first_config_difference(config_values(a, 2), 0, config_values(b, 2), 1),
+            "dispatch_dtype=bfloat16 on rank 0, dispatch_dtype=mxfp4_blockwise on rank 1");
+  b = a;
+  a.combine_dtype = CombineDtype::bf16;
+  b.combine_dtype = CombineDtype::int8_e3m4;
+  EXPECT_EQ(first_config_difference(config_values(a, 2), 0, config_values(b, 2), 1),
+            "combine_dtype=bfloat16 on rank 0, combine_dtype=int8_e3m4_blockwise on rank 1");
+  ConfigValues past = config_values(a, 2);
+  past[5] = 3;  // no dispatch dtype has this value
+  EXPECT_EQ(first_config_difference(config_values(a, 2), 0, past, 1),
+            "dispatch_dtype=bfloat16 on rank 0, dispatch_dtype=3 on rank 1");
+  b = a;
+  b.low_latency = a.low_latency = true;
+  b.column_major_scales = true;  // the last field
+  EXPECT_EQ(first_config_difference(config_values(a, 2), 3, config_values(b, 2), 2),
+            "column_major_scales=0 on rank 3, column_major_scales=1 on rank 2");
+  EXPECT_EQ(first_config_difference(config_values(a, 2), 0, config_values(a, 2), 1), "");
+  EXPECT_STREQ(config_field_name(0), "world_size");
+  EXPECT_STREQ(config_field_name(kNumConfigFields - 1), "column_major_scales");
+  EXPECT_STREQ(config_field_name(kNumConfigFields), "unknown field");
+  EXPECT_STREQ(config_field_name(-1), "unknown field");
+}
 
 TEST(Agreement, DispatchMeetingCombineFailsBothAndPairsNothing) {
   // Rank 1 skips combine #1 (as after an exception of its own) and dispatches again while rank 0

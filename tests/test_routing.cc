@@ -146,6 +146,10 @@ TEST(Routing, FindBadTopkDuplicates) {
   EXPECT_EQ(find_bad_topk(shape, dup.data(), 2, /*check_duplicates=*/false), "");
   const Ids masked_twice = {-1, -1, 3};  // -1 may repeat
   EXPECT_EQ(find_bad_topk(shape, masked_twice.data(), 1), "");
+  const Ids zero_twice = {-1, 0, 0};  // expert 0 is an expert like any other
+  EXPECT_EQ(find_bad_topk(shape, zero_twice.data(), 1),
+            "topk_idx[0] names expert 0 twice (slots 1 and 2): each expert may appear once per "
+            "token");
 }
 
 TEST(Routing, FindNonFinite) {

@@ -309,7 +309,8 @@ std::shared_ptr<Op> OpCache::get(const std::shared_ptr<Communicator>& comm,
     Impl::Entry& victim = entries.back();
     impl_->eviction_log.push_back(victim.config.describe());
     if (victim.op->captured()) {
-      // Every rank captures the same calls, so every rank keeps the same ops.
+      // Ranks that captured the same calls (the usual case: every rank runs the same graph)
+      // keep the same ops.
       MOE_EP_LOG(LogLevel::kWarn, "op cache: the evicted op ", victim.config.describe(),
                  " had calls captured in a CUDA graph, which may still replay them: kept until "
                  "the cache is cleared (OpCache::clear, Python clear_op_cache)");
