@@ -12,6 +12,7 @@
 
 #include "core/arg_checks.h"
 #include "moe_ep/errors.h"
+#include "testing/ranks.h"
 
 namespace moe_ep {
 namespace {
@@ -49,14 +50,9 @@ DispatchArgs good_args() {
 
 // The InvalidArgument message of `call`; a failure when it does not throw one.
 std::string error_of(const std::function<void()>& call) {
-  try {
-    call();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
-    return e.what();
-  }
-  ADD_FAILURE() << "no error";
-  return "";
+  const testing::RankOutcome outcome = testing::outcome_of(call);
+  testing::expect_error(outcome, ErrorCode::kInvalidArgument, {});
+  return outcome.message;
 }
 
 std::string dispatch_error(const DispatchArgs& args) {
