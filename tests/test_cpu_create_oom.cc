@@ -58,7 +58,13 @@ int child() {
   // small op below), under one rank's 2.3 GB of receive payload at 80,000 tokens
   // (2 ranks x 80,000 x 14,336 bytes).
   const rlim_t cap = static_cast<rlim_t>(address_space_bytes()) + (rlim_t{1} << 30);
-  const rlimit limit{cap, cap};
+  rlimit limit{};
+  if (getrlimit(RLIMIT_AS, &limit) != 0) {
+    std::perror("getrlimit");
+    return 10;
+  }
+  // Only the soft limit: a hard limit the environment set stays (a lower one only helps).
+  if (limit.rlim_max == RLIM_INFINITY || limit.rlim_max > cap) limit.rlim_cur = cap;
   if (setrlimit(RLIMIT_AS, &limit) != 0) {
     std::perror("setrlimit");
     return 10;
