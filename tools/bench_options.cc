@@ -137,19 +137,9 @@ constexpr FieldFlag kFieldFlags[] = {{"world_size", "--ranks"},
 
 // --routing uniform|zipf:S|groups:G:M (Routing), checked against the shape's experts and top-k.
 Routing parse_routing(const std::string& text, int experts, int topk) {
-  constexpr const char* kAllowed = "allowed: uniform|zipf:S|groups:G:M";
   Routing routing;
   if (text == "uniform") return routing;
-  const std::vector<std::string> parts = [&] {
-    std::vector<std::string> out;
-    size_t begin = 0;
-    while (true) {
-      const size_t colon = text.find(':', begin);
-      out.push_back(text.substr(begin, colon - begin));
-      if (colon == std::string::npos) return out;
-      begin = colon + 1;
-    }
-  }();
+  const std::vector<std::string> parts = split_list(text, ':');
   // A whole decimal number (no sign, no trailing text), else nullopt.
   const auto whole_int = [](const std::string& v) -> std::optional<int> {
     if (v.empty() || v.size() > 9 || v.find_first_not_of("0123456789") != std::string::npos) {
@@ -195,7 +185,7 @@ Routing parse_routing(const std::string& text, int experts, int topk) {
     routing.groups_per_token = *m;
     return routing;
   }
-  bad_argument("--routing", text, kAllowed);
+  bad_argument("--routing", text, "allowed: uniform|zipf:S|groups:G:M");
 }
 
 void check_at_least(const char* flag, int value, int minimum, const char* name) {

@@ -14,13 +14,13 @@ void bad_argument(const std::string& flag, const std::string& value, const std::
   throw InvalidArgument(flag + "=" + value + ": " + rule);
 }
 
-std::vector<std::string> split_list(const std::string& text) {
+std::vector<std::string> split_list(const std::string& text, char separator) {
   std::vector<std::string> items;
   size_t start = 0;
   while (start <= text.size()) {
-    const size_t comma = std::min(text.find(',', start), text.size());
-    items.push_back(text.substr(start, comma - start));
-    start = comma + 1;
+    const size_t end = std::min(text.find(separator, start), text.size());
+    items.push_back(text.substr(start, end - start));
+    start = end + 1;
   }
   return items;
 }

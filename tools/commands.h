@@ -22,8 +22,9 @@ namespace moe_ep::cli {
 [[noreturn]] void bad_argument(const std::string& flag, const std::string& value,
                                const std::string& rule);
 
-// The items of a comma-separated list ("8,16,32"); an empty item stays, to be rejected.
-std::vector<std::string> split_list(const std::string& text);
+// The items of a comma-separated list ("8,16,32"), or of one split at `separator`
+// ("groups:8:4"); an empty item stays, to be rejected.
+std::vector<std::string> split_list(const std::string& text, char separator = ',');
 
 // A failure while running (not a bad argument): main prints it as one line and exits 1.
 class RunFailure : public std::runtime_error {
