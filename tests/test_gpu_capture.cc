@@ -176,13 +176,15 @@ TEST(GpuCapture, CapturedDecodeOpOutlivesItsEvictionUntilClear) {
           counts[rank] = download_view<int32_t>(eager.recv_count);
         }
         retained[rank] = static_cast<int>(cache.retained());
-        const std::shared_ptr<Op> kept = weak.lock();
-        alive_after_eviction[rank] = kept != nullptr ? 1 : 0;
-        if (kept != nullptr) {
-          world_barrier();  // both ranks replay together
-          MOE_EP_CUDA_CHECK(cudaGraphLaunch(exec, stream.s));
-          kept->synchronize(stream.s);
-          replayed_counts[rank] = download_view<int32_t>(in_graph.recv_count);
+        {  // (this reference goes before clear() below, which must release the op)
+          const std::shared_ptr<Op> kept = weak.lock();
+          alive_after_eviction[rank] = kept != nullptr ? 1 : 0;
+          if (kept != nullptr) {
+            world_barrier();  // both ranks replay together
+            MOE_EP_CUDA_CHECK(cudaGraphLaunch(exec, stream.s));
+            kept->synchronize(stream.s);
+            replayed_counts[rank] = download_view<int32_t>(in_graph.recv_count);
+          }
         }
         MOE_EP_CUDA_CHECK(cudaGraphExecDestroy(exec));
         MOE_EP_CUDA_CHECK(cudaGraphDestroy(graph));
