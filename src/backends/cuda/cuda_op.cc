@@ -433,6 +433,10 @@ void CudaOp::reject(CallKind kind, const std::string& reason, void* stream_arg) 
   check_usable();
   DeviceGuard guard(device_);
   raise_device_error(to_string(kind), nullptr, /*before_step=*/true);
+  auto stream = static_cast<cudaStream_t>(stream_arg);
+  const bool decode = kind == CallKind::kLowLatencyDispatch || kind == CallKind::kLowLatencyCombine;
+  // Before the pending receive error is taken below, which the refusal would otherwise drop.
+  if (!decode) refuse_capture(to_string(kind), stream);
   StepVerdict verdict = next_step(kind);
   verdict.error = reason.empty() ? std::string("rejected by the caller") : reason;
   try {
@@ -441,9 +445,6 @@ void CudaOp::reject(CallKind kind, const std::string& reason, void* stream_arg) 
   } catch (const InvalidUsage& e) {
     verdict.error += detail::concat("; also, ", e.what());
   }
-  auto stream = static_cast<cudaStream_t>(stream_arg);
-  const bool decode = kind == CallKind::kLowLatencyDispatch || kind == CallKind::kLowLatencyCombine;
-  if (!decode) refuse_capture(to_string(kind), stream);
   // Without decode buffers every rank rejects a decode call alike, so there is nothing to agree;
   // nor inside a capture, as low_latency_dispatch / low_latency_combine reject there (a rejected
   // call cannot be part of the graph, and the agreement would wait on the host).
