@@ -8,6 +8,8 @@ or the CUDA backend. The call also adds its counts to a cumulative_local_expert_
 tensor on the stream. The seed is printed; MOE_EP_TEST_SEED replays.
 """
 
+import threading
+
 import numpy as np
 import pytest
 
@@ -50,8 +52,16 @@ def test_column_major_scales_from_torch(dispatch_dtype, run_ranks):
     world = moe_ep.single_gpu_world(WORLD_SIZE, device=0, timeout_s=120)
     slab = WORLD_SIZE * TOKENS
     cols = HIDDEN // 128 if dispatch_dtype == "fp8" else HIDDEN // 32
+    gate = threading.Barrier(WORLD_SIZE, timeout=THREAD_TIMEOUT_S)
 
     def rank_fn(rank):
+        try:
+            return check_rank(rank)
+        except BaseException:
+            gate.abort()  # the other rank must not wait for this one at the gate
+            raise
+
+    def check_rank(rank):
         torch.cuda.set_device(0)
         rk = gpu.Rank(rank, WORLD_SIZE, seed)
         dev = torch.device("cuda", 0)
@@ -64,7 +74,11 @@ def test_column_major_scales_from_torch(dispatch_dtype, run_ranks):
         idx = torch.from_numpy(mine["topk_idx"]).to(dev)
         w = torch.from_numpy(mine["topk_weights"]).to(dev)
         stats = torch.full((NUM_EXPERTS // WORLD_SIZE,), 3, dtype=torch.int32, device=dev)
-        torch.cuda.synchronize(dev)
+        torch.cuda.synchronize(dev)  # this rank's uploads are done
+        # No rank dispatches before every rank's device-wide wait above has returned: an
+        # accepted dispatch's kernels wait on the device for the other rank's, which a rank
+        # still inside torch.cuda.synchronize would never launch (until the timeout).
+        gate.wait()
         with torch.cuda.stream(stream):
             recv, _ = op.low_latency_dispatch(x, idx, w, cumulative_local_expert_recv_stats=stats)
         stream.synchronize()
