@@ -3,7 +3,8 @@
 // scale unit of every received row once (column-major scales each into its place), write -1 sources into exactly the slab rows past each
 // expert's count and store each count once; the combine's items send every (source, token,
 // slice) once (but this rank's own tokens in the one-launch combine, which sums them in place)
-// and reduce every element of every token once, within its slice, in whole warp steps. A gap or
+// and reduce every element of every token once, within its slice, in whole warp steps, and that
+// the launches that take their items by warp, without tickets, have no send item. A gap or
 // an overlap here would lose or double rows on the GPU at that shape only.
 #include <gtest/gtest.h>
 
@@ -176,6 +177,8 @@ void check_combine_items(int64_t hidden, int world, int rank, int max_tokens, in
   ASSERT_TRUE(c.parts == 1 || c.parts == 2 || c.parts == 4) << where;
   if (c.parts > 1) ASSERT_LE(tokens * slices * c.parts, kLlMaxReduceItems) << where;
   ASSERT_EQ(c.count(), c.end - c.first) << where;
+  // By warp (no ticket) exactly for the whole combine at world size 1, where no item is a send.
+  ASSERT_EQ(c.by_warp(phase), phase == kLlCombineAll && world == 1) << where;
   const size_t candidates = static_cast<size_t>(world) * max_tokens * slices;
   std::vector<int> sent(candidates, 0);
   std::vector<int> reduced(static_cast<size_t>(tokens * hidden), 0);
@@ -188,6 +191,7 @@ void check_combine_items(int64_t hidden, int world, int rank, int max_tokens, in
         slice_begin + slice_elems < hidden ? slice_begin + slice_elems : hidden;
     if (w.send) {
       ASSERT_NE(phase, kLlCombineReceive) << where << " item " << item;
+      ASSERT_FALSE(c.by_warp(phase)) << where << " item " << item;
       ASSERT_GE(w.row_item, 0) << where;
       ASSERT_LT(w.row_item, static_cast<int64_t>(world) * max_tokens) << where;
       if (in_place) ASSERT_NE(w.row_item / max_tokens, rank) << where << " item " << item;

@@ -99,12 +99,14 @@ cudaError_t launch_ll_combine(CombineDtype dtype, const LowLatencyParams& p, int
     using F = decltype(format);
     // The whole combine in one launch sums this rank's own part in place (low_latency_combine.cuh).
     // No more blocks than this launch's items (ll_combine_items): a warp that finds no item still
-    // takes a ticket and counts itself out, two atomics on one word each.
-    const int blocks = blocks_for_warp_items(ll_combine_items(p).count(), num_blocks);
-    return p.combine_phase == kLlCombineAll ? launch_following(ll_combine_kernel<F, true>, blocks,
-                                                               Policy::kDataThreads, stream, p)
-                                            : launch_following(ll_combine_kernel<F, false>, blocks,
-                                                               Policy::kDataThreads, stream, p);
+    // takes a ticket and counts itself out, two atomics on one word each (but by warp, below:
+    // world size 1).
+    const LlCombineItems items = ll_combine_items(p);
+    const int blocks = blocks_for_warp_items(items.count(), num_blocks);
+    const auto kernel = items.by_warp(p.combine_phase)     ? ll_combine_kernel<F, true, true>
+                        : p.combine_phase == kLlCombineAll ? ll_combine_kernel<F, true>
+                                                           : ll_combine_kernel<F, false>;
+    return launch_following(kernel, blocks, Policy::kDataThreads, stream, p);
   });
 }
 
@@ -129,8 +131,10 @@ cudaError_t preload_ll_kernels() {
   for (CombineDtype dtype : kAllCombineDtypes) {
     if (status != cudaSuccess) return status;
     status = formats::visit_format(dtype, [](auto format) {
-      const cudaError_t s = load_kernel(ll_combine_kernel<decltype(format), true>);
-      return s == cudaSuccess ? load_kernel(ll_combine_kernel<decltype(format), false>) : s;
+      using F = decltype(format);
+      cudaError_t s = load_kernel(ll_combine_kernel<F, true>);
+      if (s == cudaSuccess) s = load_kernel(ll_combine_kernel<F, false>);
+      return s == cudaSuccess ? load_kernel(ll_combine_kernel<F, true, true>) : s;
     });
   }
   return status;

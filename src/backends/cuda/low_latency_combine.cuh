@@ -309,9 +309,16 @@ __host__ __device__ inline LlCombineItems ll_combine_items(const LowLatencyParam
                           p.combine_phase);
 }
 
-template <typename F, bool kOwnInPlace>
+// kByWarp (with kOwnInPlace; LlCombineItems::by_warp): the whole combine at world size 1. Its
+// launch has reduces only, and no reduce waits for another item or for any send (there is no
+// other rank), so the tickets' order is not needed: warp w takes items w, w + n, ... of n warps.
+// Each warp saves the add on the one counter before each item (a round trip, every warp at once
+// on one word) and the count at its end; the tickets stay 0 for the next launch. A kernel of its
+// own: the same choice inside the ticketed kernel spilled 4-32 bytes (ptxas, v50).
+template <typename F, bool kOwnInPlace, bool kByWarp = false>
 __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm)
     ll_combine_kernel(LowLatencyParams p) {
+  static_assert(kOwnInPlace || !kByWarp, "by warp only for the whole combine in one launch");
   ll_follow_previous_kernel();
   // This combine's step (combine_step, as the expand's dispatch_step) tags its slices' flags.
   // Several nodes (low_latency_nodes.cuh): only the send part runs here, before the settle, so
@@ -339,6 +346,15 @@ __global__ void __launch_bounds__(Policy::kDataThreads, Policy::kDataBlocksPerSm
   const int64_t first = items.first;
   const int64_t end = items.end;
   const ReduceArgs reduce{self, p.layout, hidden, info.rank, p.out, tag, p.timeout_ns, p.err};
+  if constexpr (kByWarp) {
+    for (int64_t item = first + c.warp; item < end; item += c.num_warps) {
+      const LlCombineItem w = items.at(item, info.rank, info.max_tokens, hidden, true);
+      if (w.begin < w.stop) {
+        ll_reduce_with_own_part<F>(p, reduce, w.row_item, w.slice, w.begin, w.stop, c.lane);
+      }
+    }
+    return;
+  }
   // In place, this rank's part of its own tokens is summed by their reduces, never sent. A hooked
   // combine's receive part may run after y has changed, so its send part sends to this rank too.
   const int64_t last_wave = last_wave_of_tickets(end, c.num_warps);

@@ -132,6 +132,10 @@ struct LlCombineItem {
 struct LlCombineItems {
   int64_t slices, parts, own_sends, sends, first, end;
   MOE_EP_HD int64_t count() const { return end - first; }
+  // Whether a launch of `phase` takes its items by warp, no ticket (ll_combine_kernel's kByWarp):
+  // the whole combine in one launch with no send item, which is world size 1 (no reduce waits
+  // for anything then), warp w taking items first + w, first + w + n, ... of a grid of n warps.
+  MOE_EP_HD bool by_warp(int32_t phase) const { return phase == kLlCombineAll && sends == 0; }
 
   // Item `item` (first <= item < end) of a launch whose own candidates (those of source `rank`,
   // [own_first, own_first + own_sends) of all candidates) are skipped when own_in_place: the
