@@ -12,6 +12,8 @@
 # (more failures: 3 of 46 in run E), Q = probe.
 #   bash docs/results/v44-one-h200/next-runE2.sh      (logs to $OUT)
 set -u
+# PROBE_PATCH: the probe patch (v54 made it again on its main: next-runE3.sh sets it).
+PROBE_PATCH=${PROBE_PATCH:-docs/results/v44-one-h200/next-stall-probe2.patch}
 T0=$(date +%s)
 export NCCL_NVLS_ENABLE=0 CUDA_MODULE_LOADING=EAGER
 CFG="-G Ninja -DCMAKE_BUILD_TYPE=Release -DMOE_EP_ENABLE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DMOE_EP_BUILD_TESTS=ON -DPython3_EXECUTABLE=$(command -v python3)"
@@ -19,7 +21,7 @@ SRC="CMakeLists.txt CMakePresets.json cmake include src tools python pyproject.t
 rm -rf tmp-gpu && mkdir -p tmp-gpu/P tmp-gpu/Q
 for v in P Q; do
   tar -c $SRC | tar -x -C tmp-gpu/$v
-  (cd tmp-gpu/$v && patch -p1 -s < ../../docs/results/v44-one-h200/next-stall-probe2.patch) || exit 1
+  (cd tmp-gpu/$v && patch -p1 -s < ../../$PROBE_PATCH) || exit 1
 done
 (cd tmp-gpu/P && patch -p1 -s < ../../docs/results/v41-one-h200/next-no-pdl-probe.patch) || exit 1
 for v in P Q; do

@@ -11,6 +11,8 @@
 # decode graph test on main's tree.
 #   bash docs/results/v48-two-h200/next-x2-combine.sh      (logs to $OUT)
 set -u
+# OLD_COMBINE_PATCH: the older combine (v54 made it again on its main: next-x2-combine2.sh).
+OLD_COMBINE_PATCH=${OLD_COMBINE_PATCH:-docs/results/v48-two-h200/pre-v47-combine.patch}
 T0=$(date +%s)
 t() { echo "[$(($(date +%s) - T0)) s] $*"; }
 export NCCL_NVLS_ENABLE=0 CUDA_MODULE_LOADING=EAGER
@@ -19,7 +21,7 @@ CFG="-G Ninja -DCMAKE_BUILD_TYPE=Release -DMOE_EP_ENABLE_CUDA=ON -DCMAKE_CUDA_AR
 SRC="CMakeLists.txt CMakePresets.json cmake include src tools python pyproject.toml tests examples"
 rm -rf tmp-gpu && mkdir -p tmp-gpu/N
 tar -c $SRC | tar -x -C tmp-gpu/N
-(cd tmp-gpu/N && patch -p1 -s < ../../docs/results/v48-two-h200/pre-v47-combine.patch) || exit 1
+(cd tmp-gpu/N && patch -p1 -s < ../../$OLD_COMBINE_PATCH) || exit 1
 (cd tmp-gpu/N && cmake -S . -B build/gpu $CFG -DMOE_EP_BUILD_TESTS=OFF > /dev/null 2>&1 &&
   cmake --build build/gpu -j12 --target moe-ep > ../build-N.log 2>&1 || echo "build N failed") &
 cmake -S . -B build/gpu $CFG -DMOE_EP_BUILD_TESTS=ON > /dev/null 2>&1

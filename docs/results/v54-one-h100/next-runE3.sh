@@ -1,35 +1,7 @@
 #!/bin/bash
-# v54: v44's next-runE2.sh (read its notes there) with next-stall-probe3.patch, v44's probe made
-# again on v54's main (cuda_op.cc's constructor had changed; the probe's code is the same).
-# Compiled on this machine (cuda_op.cc and agreement.cu, with v41's next-no-pdl-probe.patch too).
+# v54, NOT RUN YET: v44's next-runE2.sh (read its notes there) with next-stall-probe3.patch,
+# v44's probe made again on v54's main (only its hunk in CudaOp's constructor moved). Compiled on
+# this machine (cuda_op.cc and agreement.cu, with v41's next-no-pdl-probe.patch too).
 #   bash docs/results/v54-one-h100/next-runE3.sh      (logs to $OUT; about 560 s)
-set -u
-T0=$(date +%s)
-export NCCL_NVLS_ENABLE=0 CUDA_MODULE_LOADING=EAGER
-CFG="-G Ninja -DCMAKE_BUILD_TYPE=Release -DMOE_EP_ENABLE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DMOE_EP_BUILD_TESTS=ON -DPython3_EXECUTABLE=$(command -v python3)"
-SRC="CMakeLists.txt CMakePresets.json cmake include src tools python pyproject.toml tests examples"
-rm -rf tmp-gpu && mkdir -p tmp-gpu/P tmp-gpu/Q
-for v in P Q; do
-  tar -c $SRC | tar -x -C tmp-gpu/$v
-  (cd tmp-gpu/$v && patch -p1 -s < ../../docs/results/v54-one-h100/next-stall-probe3.patch) || exit 1
-done
-(cd tmp-gpu/P && patch -p1 -s < ../../docs/results/v41-one-h200/next-no-pdl-probe.patch) || exit 1
-for v in P Q; do
-  (cd tmp-gpu/$v && cmake -S . -B build/gpu $CFG > /dev/null 2>&1 &&
-    cmake --build build/gpu -j8 --target test_gpu_world > $OUT/build-$v.log 2>&1 || echo "build $v failed") &
-done
-wait
-echo "built $(( $(date +%s) - T0 )) s"
-for i in $(seq 1 500); do for v in P Q; do
-  B=$(find tmp-gpu/$v/build/gpu -name test_gpu_world -type f | head -1)
-  MOE_EP_TIMEOUT_S=10 timeout 100 $B --gtest_filter='Ranks/SingleGpuWorld.*W8*' > $OUT/r.log 2>&1
-  rc=$?; echo "$v $i rc $rc"
-  if [ $rc != 0 ]; then
-    { echo "== $v $i"; grep -h "^\[probe2\]" $OUT/r.log; grep -h "threw" $OUT/r.log | cut -c1-160; } >> $OUT/late.txt
-    [ $(ls $OUT | grep -c "^fail-$v") -lt 2 ] && cp $OUT/r.log $OUT/fail-$v-$i.log
-  fi
-done; [ $(( $(date +%s) - T0 )) -gt 540 ] && break; done > $OUT/reps.txt
-rm -f $OUT/r.log
-awk '{n[$1]++; if ($4 != 0) f[$1]++} END {for (v in n) print v, n[v], "runs", f[v] + 0, "failed"}' $OUT/reps.txt
-[ -f $OUT/late.txt ] && cat $OUT/late.txt
-echo "end $(( $(date +%s) - T0 )) s"
+PROBE_PATCH=docs/results/v54-one-h100/next-stall-probe3.patch \
+  exec bash docs/results/v44-one-h200/next-runE2.sh

@@ -3,7 +3,7 @@
 # per source line, at 128 tokens (fp8 dispatch, bf16 combine, world size 1). v54's trace points
 # (perf-notes v54) put 11 us of the dispatch in steps that do not grow with tokens (the one-block
 # step kernel about 5 us, at 1 token as at 128) and 6.4 us in the expand's copies; ncu there
-# gave the by-warp combine 10.7 us at 8.3 cycles between a warp's issues. runH3.sh's ncu step,
+# gave the by-warp combine 10.7 us at 8.3 cycles between a warp's issues. v49's next-runH.sh ncu step,
 # with the step kernel and the combine added: one steady-state launch of each of ll_step_kernel,
 # ll_send_kernel, ll_expand_kernel and ll_combine_kernel, warp stalls per line (hotspots.py).
 #   DEADLINE=<seconds> bash docs/results/v54-one-h100/next-runK.sh      (logs to $OUT)
