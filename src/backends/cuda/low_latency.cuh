@@ -89,39 +89,51 @@ __device__ inline void ll_record_call(LowLatencyState* state, bool dispatch, uin
 template <bool kRanks>
 __global__ void __launch_bounds__(Policy::kNotifyThreads, 1) ll_step_kernel(LowLatencyParams p) {
   static_assert(Policy::kNotifyThreads - Policy::kMaxPeers >= 512, "warps left for the ranks");
+  const RankInfo& info = p.info;
+  // The ranks' threads: from the first warp without a peer on (exchange_step_words: thread q,
+  // peer q); the others exchange. Without the ranks, every thread is an exchange thread.
+  const uint32_t skip = kRanks ? static_cast<uint32_t>(info.world_size + 31) / 32 * 32 : blockDim.x;
   if constexpr (kRanks) ll_rank_slots_zero(p);
   ll_follow_previous_kernel();
   uint32_t last_window = 0;
-  if constexpr (kRanks) last_window = ll_rank_slots(p);
-  const RankInfo& info = p.info;
+  LlRankIds last_ids;
+  if constexpr (kRanks) last_window = ll_rank_slots(p, skip, last_ids);
   LowLatencyState* state = p.state;
   __shared__ uint64_t step, call;
   __shared__ StepVotes votes;
   const bool dispatch = p.kind == static_cast<int>(CallKind::kLowLatencyDispatch);
-  if (threadIdx.x == 0) {
-    step = state->step + 1;
-    call = dispatch ? state->dispatch_calls + 1 : state->dispatch_calls;
-    init_step_votes(votes, p.err, info.world_size);
+  uint64_t peer_info = 0;
+  if (threadIdx.x < skip) {  // warp-uniform
+    if (threadIdx.x == 0) {
+      step = state->step + 1;
+      call = dispatch ? state->dispatch_calls + 1 : state->dispatch_calls;
+      init_step_votes(votes, p.err, info.world_size);
+    }
+    // The exchange threads alone wait for thread 0's words (barrier 1, `skip` threads): the
+    // ranks' threads go on to the last window's pass 2 meanwhile, which reads none of them.
+    if constexpr (kRanks) {
+      asm volatile("bar.sync 1, %0;" ::"r"(skip) : "memory");
+    } else {
+      __syncthreads();
+    }
+    // One node's dispatch: the previous dispatch call's done counts are cleared for the call after
+    // this one (ll_add_block_done). Its expand has read them (every kernel of that call ran before
+    // this one), and a peer adds to them again only in the call after this one, after this rank's
+    // step word of that call, which a later kernel stores.
+    if (dispatch && !p.nodes.several() && threadIdx.x < info.world_size) {
+      *reinterpret_cast<uint64_t*>(
+          p.peers.base[info.rank] +
+          p.layout.ll_done_count_offset(static_cast<int>((call - 1) & 1), threadIdx.x)) = 0;
+    }
+    const bool rejected = p.host_rejected || votes.scan_rejected;
+    const uint64_t my_info = StepInfo::with_step(StepInfo::pack(p.kind, rejected, call), step);
+    peer_info = exchange_step_words(info, p.peers, p.layout, StepWords::kDecode, step, my_info,
+                                    p.my_reason, p.timeout_ns, p.err, votes);
+  } else if constexpr (kRanks) {
+    ll_rank_slots_last(p, last_window, skip, last_ids);
   }
   __syncthreads();
-  // One node's dispatch: the previous dispatch call's done counts are cleared for the call after
-  // this one (ll_add_block_done). Its expand has read them (every kernel of that call ran before
-  // this one), and a peer adds to them again only in the call after this one, after this rank's
-  // step word of that call, which a later kernel stores.
-  if (dispatch && !p.nodes.several() && threadIdx.x < info.world_size) {
-    *reinterpret_cast<uint64_t*>(
-        p.peers.base[info.rank] +
-        p.layout.ll_done_count_offset(static_cast<int>((call - 1) & 1), threadIdx.x)) = 0;
-  }
   const bool rejected = p.host_rejected || votes.scan_rejected;
-  const uint64_t my_info = StepInfo::with_step(StepInfo::pack(p.kind, rejected, call), step);
-  const uint64_t peer_info = exchange_step_words(info, p.peers, p.layout, StepWords::kDecode, step,
-                                                 my_info, p.my_reason, p.timeout_ns, p.err, votes);
-  if constexpr (kRanks) {
-    // The threads from the first warp without a peer on (exchange_step_words: thread q, peer q).
-    ll_rank_slots_last(p, last_window, static_cast<uint32_t>(info.world_size + 31) / 32 * 32);
-  }
-  __syncthreads();
   if (threadIdx.x == 0) {
     // The step happened on every rank whatever its outcome; the call counts only if it ran.
     state->step = step;

@@ -14,6 +14,10 @@
 // end about 0.3 us after the exchange whatever their size, as if its system-scope release and
 // polls held the block's other memory operations; the dispatch gained 0.5-0.7 us at one token
 // and nothing measurable at 32 to 256.
+// Every pass runs on those threads (v55), so the last window's ids stay in the registers of the
+// threads that rank them, and only the exchange threads wait for thread 0's reads of the state
+// (a named barrier): docs/perf-notes.md, v55 (one H200), the decode round 0.2-1.0 us faster at 1 to
+// 256 tokens.
 #pragma once
 
 #include "backends/cuda/common.cuh"
@@ -77,7 +81,8 @@ __device__ __forceinline__ void load_id_batch(const int32_t* topk_idx, uint32_t 
 // A thread's slots in a pass: lane l of a warp whose first batch starts at `first` takes slots
 // first + l + u * stride + r * kBatch * stride (its loop uniform over the warp); the first
 // batch's ids are loaded once by the caller, for both passes where one thread runs both (a
-// window of at most kBatch * stride slots, 512 tokens of top-8 on 1024 threads, is one batch).
+// window of at most kBatch * stride slots, 496 tokens of top-8 on the 992 threads past one warp
+// of peers, is one batch).
 inline constexpr int kLlRankBatch = 4;
 struct LlRankPass {
   uint32_t first, stride, end;
@@ -139,68 +144,79 @@ __device__ inline void ll_rank_window(const LowLatencyParams& p, const LlRankSha
   });
 }
 
-// Every window but the last one's pass 2, on every thread of the block (after
-// ll_rank_slots_zero); returns the last window's first token for ll_rank_slots_last. With
+// The threads of the ranks' passes: those from `skip` on (a multiple of 32, past the step
+// exchange's threads, one a peer), in every window, so that the last window's ids that pass 1
+// loads are in the registers of the threads that rank them in pass 2 (ll_rank_slots_last): no
+// second load of them after the exchange's start.
+__device__ __forceinline__ LlRankPass ll_rank_pass_of(const LlRankShape& s, uint32_t w0,
+                                                      uint32_t end_token, uint32_t skip) {
+  const uint32_t lane = threadIdx.x % 32;
+  return LlRankPass{w0 * s.k_slots + (threadIdx.x - skip - lane), blockDim.x - skip,
+                    end_token * s.k_slots};
+}
+
+// Every window but the last one's pass 2, on the threads from `skip` on (after
+// ll_rank_slots_zero); returns the last window's first token for ll_rank_slots_last, and in
+// `last_ids` the thread's first batch of that window's ids. With
 // p.step_scans (outside validation mode, where validate_kernel scans instead) an id out of range
 // is reported as validate_scan reports it (report_bad_expert): this rank then rejects the call in
 // its step word. Ends with a barrier, after which the reports and the last window's bits stand.
-__device__ inline uint32_t ll_rank_slots(const LowLatencyParams& p) {
+__device__ inline uint32_t ll_rank_slots(const LowLatencyParams& p, uint32_t skip,
+                                         LlRankIds& last_ids) {
   const RankInfo& info = p.info;
   const LlRankShape s = ll_rank_shape(p);
   const uint32_t n = s.n;
   if (p.step_scans && threadIdx.x == 0) *p.scan_started_ns = global_timer_ns();
   uint32_t* counts = ll_rank_words();   // [E]
   uint32_t* bits = counts + s.experts;  // [E][n]
-  const uint32_t stride = blockDim.x;
   const uint32_t lane = threadIdx.x % 32;
-  for (uint32_t w0 = 0;; w0 += 32 * n) {  // uniform over the block
+  const bool ranks = threadIdx.x >= skip;  // warp-uniform
+  for (uint32_t w0 = 0;; w0 += 32 * n) {   // uniform over the block
     const bool last = s.tokens - w0 <= 32 * n;
-    const LlRankPass r{w0 * s.k_slots + (threadIdx.x - lane), stride,
-                       (last ? s.tokens : w0 + 32 * n) * s.k_slots};
+    const LlRankPass r = ll_rank_pass_of(s, w0, last ? s.tokens : w0 + 32 * n, skip);
     if (w0 != 0) {  // (the first window's were zeroed before the wait)
-      for (uint32_t i = threadIdx.x; i < s.experts * n; i += stride) bits[i] = 0;
+      for (uint32_t i = threadIdx.x; i < s.experts * n; i += blockDim.x) bits[i] = 0;
     }
     __syncthreads();
-    int32_t first_ids[kLlRankBatch];
-    load_id_batch(p.topk_idx, r.first + lane, stride, r.end, first_ids);
-    // Pass 1: the bits (and the range check).
-    ll_rank_pass(p, r, first_ids, [&](uint32_t i, int32_t e) {
-      if (e == -1) return;
-      const uint32_t t = i / s.k_slots;
-      if (e < -1 || e >= static_cast<int32_t>(s.experts)) {
-        if (p.step_scans) report_bad_expert(p.err, info, e, t, i - t * s.k_slots);
-        return;
-      }
-      const uint32_t b = t - w0;
-      const uint32_t bit = 1u << (b % 32);
-      if (atomicOr(&bits[e * n + b / 32], bit) & bit) ll_rank_repeats() = 1;
-    });
+    if (ranks) {
+      load_id_batch(p.topk_idx, r.first + lane, r.stride, r.end, last_ids);
+      // Pass 1: the bits (and the range check).
+      ll_rank_pass(p, r, last_ids, [&](uint32_t i, int32_t e) {
+        if (e == -1) return;
+        const uint32_t t = i / s.k_slots;
+        if (e < -1 || e >= static_cast<int32_t>(s.experts)) {
+          if (p.step_scans) report_bad_expert(p.err, info, e, t, i - t * s.k_slots);
+          return;
+        }
+        const uint32_t b = t - w0;
+        const uint32_t bit = 1u << (b % 32);
+        if (atomicOr(&bits[e * n + b / 32], bit) & bit) ll_rank_repeats() = 1;
+      });
+    }
     __syncthreads();
     if (last) return w0;
-    ll_rank_window(p, s, w0, r, first_ids, ll_rank_repeats() != 0);
+    if (ranks) ll_rank_window(p, s, w0, r, last_ids, ll_rank_repeats() != 0);
     __syncthreads();
-    for (uint32_t e = threadIdx.x; e < s.experts; e += stride) {  // each count grows by its bits
+    // Each count grows by its window's bits.
+    for (uint32_t e = threadIdx.x; e < s.experts; e += blockDim.x) {
       counts[e] += ll_rank_bits_set(bits, e, n, 0);
     }
     __syncthreads();
   }
 }
 
-// The last window's pass 2 (window w0, from ll_rank_slots) and the call's per-expert totals, on
-// the threads from `skip` on (a multiple of 32; the threads below it return at once). Reads the
-// shared words only, so it runs beside anything that does not write them.
-__device__ inline void ll_rank_slots_last(const LowLatencyParams& p, uint32_t w0, uint32_t skip) {
+// The last window's pass 2 (window w0, from ll_rank_slots, whose `first_ids` these are) and the
+// call's per-expert totals, on the threads from `skip` on (the threads below it return at once).
+// Reads the shared words only, so it runs beside anything that does not write them.
+__device__ inline void ll_rank_slots_last(const LowLatencyParams& p, uint32_t w0, uint32_t skip,
+                                          const LlRankIds& first_ids) {
   if (threadIdx.x < skip) return;
   const LlRankShape s = ll_rank_shape(p);
-  const uint32_t j = threadIdx.x - skip, stride = blockDim.x - skip;
-  const uint32_t lane = threadIdx.x % 32;
-  const LlRankPass r{w0 * s.k_slots + (j - lane), stride, s.tokens * s.k_slots};
-  int32_t first_ids[kLlRankBatch];
-  load_id_batch(p.topk_idx, r.first + lane, stride, r.end, first_ids);
+  const LlRankPass r = ll_rank_pass_of(s, w0, s.tokens, skip);
   ll_rank_window(p, s, w0, r, first_ids, ll_rank_repeats() != 0);
   const uint32_t* counts = ll_rank_words();
   const uint32_t* bits = counts + s.experts;
-  for (uint32_t e = j; e < s.experts; e += stride) {
+  for (uint32_t e = threadIdx.x - skip; e < s.experts; e += r.stride) {
     p.send_counts[e] = static_cast<int32_t>(ll_rank_bits_set(bits, e, s.n, counts[e]));
   }
 }
