@@ -11,7 +11,8 @@
 // overlapped order with no host wait in between, eagerly for every dtype pair (equal to the
 // reference and to the same calls without hooks) and captured in one graph replayed with new
 // inputs; and a receive whose send part a peer rejected raises an error instead of returning
-// the previous dispatch's rows.
+// the previous dispatch's rows. Calls every rank rejects, between rounds of other sizes, leave
+// the ranks in step.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -500,6 +501,74 @@ TEST(GpuLowLatencyHooks, ReceiveWhoseSendPartFailedReportsAnErrorNotEarlierRows)
   EXPECT_NE(after[1].message.find("rank 0 rejected"), std::string::npos) << after[1].message;
   // The failed calls counted on neither host nor device: the clean round is call 2 everywhere.
   testing::check_low_latency_round(c, world_size, last, 2);
+}
+
+// Calls that every rank rejects on its host, between rounds whose token counts grow and shrink:
+// a dispatch (x of half the hidden size), and a combine (out of half the hidden size) between a
+// round's dispatch and its combine. A rejected call still runs its step kernel on every rank (the
+// ranks stay in step) but no data kernel after it, and the send's grid follows the tokens (one
+// block at one token, several at 32), so the numbers each data block keeps for the next call
+// (the call the send's rows go to, and what it waits for from its step kernel) must come through
+// calls without a data kernel and grids of other sizes. Every round checked bit for bit, the
+// rejected calls raised on every rank and counted nowhere.
+TEST(GpuLowLatencyCalls, RejectedCallsBetweenRoundsOfOtherSizesKeepTheRanksInStep) {
+  if (!testing::have_gpu()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
+  const int world_size = 2;
+  const OpConfig c = decode_config(world_size, {DispatchDtype::fp8, CombineDtype::bf16});
+  const std::vector<std::vector<int64_t>> tokens = {{32, 20}, {1, 1}, {32, 32}, {3, 29}};
+  std::vector<LowLatencyRound> rounds;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    rounds.emplace_back(world_size, decode_inputs(c, world_size, 60 + i, tokens[i]));
+  }
+  const std::vector<RankInput> rejected = decode_inputs(c, world_size, 70, {8, 8});
+  // [call][rank]: the rejected dispatches before rounds 2 and 4, the rejected combines inside
+  // rounds 2 and 4.
+  std::vector<std::vector<testing::RankOutcome>> dispatches(2), combines(2);
+  for (auto* calls : {&dispatches, &combines}) {
+    for (auto& call : *calls) call.resize(world_size);
+  }
+  auto comms = make_single_gpu_world(world_size);
+  testing::run_world(comms, [&](int rank, const std::shared_ptr<Communicator>& comm) {
+    auto op = testing::kept_op(comm, c);
+    TestStream stream;
+    for (size_t i = 0; i < rounds.size(); ++i) {
+      testing::BeforeCombine reject_a_combine;
+      if (i % 2 == 1) {
+        const size_t k = i / 2;
+        testing::DeviceInput input(rejected[rank], 0);
+        LowLatencyDispatchArgs bad(input.view, /*hook=*/false);
+        bad.stream = stream.s;
+        bad.x.shape[1] = c.hidden / 2;  // rejected by every rank's host checks
+        dispatches[k][rank] = testing::outcome_of([&] { op->low_latency_dispatch(bad); });
+        reject_a_combine = [&, k](const TensorView& y, const LowLatencyHandle& handle) {
+          const int64_t t = rounds[i].inputs[rank].num_tokens;
+          testing::DeviceBuffer out =
+              testing::DeviceBuffer::copy_of(std::vector<uint16_t>(t * c.hidden / 2, 0xffff));
+          combines[k][rank] = testing::outcome_of([&] {
+            op->low_latency_combine(y, handle,
+                                    TensorView::matrix(out.ptr.get(), ScalarType::kBFloat16, t,
+                                                       c.hidden / 2, DeviceType::kCuda, 0),
+                                    stream.s);
+          });
+        };
+      }
+      gpu_low_latency_round(*op, rank, rounds[i], stream.s, 0, reject_a_combine);
+    }
+  });
+  for (size_t i = 0; i < rounds.size(); ++i) {
+    SCOPED_TRACE("round " + std::to_string(i + 1) + " of " + std::to_string(tokens[i][0]) +
+                 " and " + std::to_string(tokens[i][1]) + " tokens");
+    testing::check_low_latency_round(c, world_size, rounds[i], i + 1);
+  }
+  for (size_t k = 0; k < 2; ++k) {
+    for (int r = 0; r < world_size; ++r) {
+      SCOPED_TRACE("rejected calls " + std::to_string(k + 1) + ", rank " + std::to_string(r));
+      EXPECT_TRUE(dispatches[k][r].threw) << "a dispatch of half the hidden size raised nothing";
+      EXPECT_EQ(dispatches[k][r].code, ErrorCode::kInvalidArgument) << dispatches[k][r].message;
+      EXPECT_TRUE(combines[k][r].threw) << "a combine into half the hidden size raised nothing";
+      EXPECT_EQ(combines[k][r].code, ErrorCode::kInvalidArgument) << combines[k][r].message;
+    }
+  }
 }
 
 TEST(GpuLowLatencyHooksGraph, CapturedTwoMicroBatchRoundReplaysWithNewInputs) {

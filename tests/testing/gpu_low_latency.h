@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <thread>
 #include <vector>
 
@@ -38,8 +39,11 @@ inline std::vector<RankInput> replay_inputs(const OpConfig& c, int world_size, i
 // One eager round on rank `rank`: dispatch on the GPU, the reference's expert on the downloaded
 // slabs, combine; outputs downloaded into `round`.
 // With delay_ms, the rank waits that long between its upload and its dispatch (a late rank).
+// before_combine, when given, runs between the dispatch and the combine with the combine's y and
+// the dispatch's handle (a call the test makes there, such as one that every rank rejects).
+using BeforeCombine = std::function<void(const TensorView& y, const LowLatencyHandle& handle)>;
 inline void gpu_low_latency_round(Op& op, int rank, LowLatencyRound& round, cudaStream_t stream,
-                                  int delay_ms = 0) {
+                                  int delay_ms = 0, const BeforeCombine& before_combine = {}) {
   const OpConfig& c = op.config();
   const int w = op.world_size();
   DeviceInput input(round.inputs[rank], 0);
@@ -54,11 +58,12 @@ inline void gpu_low_latency_round(Op& op, int rank, LowLatencyRound& round, cuda
   DeviceBuffer y = DeviceBuffer::copy_of(low_latency_expert(round.received[rank], c, w, rank));
   const int64_t t = round.inputs[rank].num_tokens;
   DeviceBuffer out = DeviceBuffer::copy_of(std::vector<uint16_t>(t * c.hidden, 0xffff));
+  const TensorView y_view = TensorView::tensor3(
+      y.ptr.get(), ScalarType::kBFloat16, c.num_experts / w,
+      static_cast<int64_t>(w) * c.max_tokens_per_rank, c.hidden, DeviceType::kCuda, 0);
+  if (before_combine) before_combine(y_view, d.handle);
   op.low_latency_combine(
-      TensorView::tensor3(y.ptr.get(), ScalarType::kBFloat16, c.num_experts / w,
-                          static_cast<int64_t>(w) * c.max_tokens_per_rank, c.hidden,
-                          DeviceType::kCuda, 0),
-      d.handle,
+      y_view, d.handle,
       TensorView::matrix(out.ptr.get(), ScalarType::kBFloat16, t, c.hidden, DeviceType::kCuda, 0),
       stream);
   op.synchronize(stream);
