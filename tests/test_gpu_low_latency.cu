@@ -507,10 +507,10 @@ TEST(GpuLowLatencyHooks, ReceiveWhoseSendPartFailedReportsAnErrorNotEarlierRows)
 // a dispatch (x of half the hidden size), and a combine (out of half the hidden size) between a
 // round's dispatch and its combine. A rejected call still runs its step kernel on every rank (the
 // ranks stay in step) but no data kernel after it, and the send's grid follows the tokens (one
-// block at one token, several at 32), so the numbers each data block keeps for the next call
-// (the call the send's rows go to, and what it waits for from its step kernel) must come through
-// calls without a data kernel and grids of other sizes. Every round checked bit for bit, the
-// rejected calls raised on every rank and counted nowhere.
+// block at one token, several at 32), so what each send block keeps for the next call (the call
+// number its rows go to, LowLatencyParams::sent_calls) must come through calls without a data
+// kernel and grids of other sizes. Every round checked bit for bit, the rejected calls raised on
+// every rank and counted nowhere.
 TEST(GpuLowLatencyCalls, RejectedCallsBetweenRoundsOfOtherSizesKeepTheRanksInStep) {
   if (!testing::have_gpu()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
   const int world_size = 2;
