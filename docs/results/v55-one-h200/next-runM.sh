@@ -10,9 +10,10 @@
 # Predicted: 0.3-0.8 us off every one-node decode dispatch and combine.
 # 1. ctest on B: -L gpu -R 'LowLatency|LateRank|OpMemory|GpuCapture|python_gpu'.
 # 2. Decode bench main / B, fp8 and mxfp4 (fp4) dispatch with a bf16 combine, 3 rounds.
-# v53's runI2.sh with these three settings.
+# v53's runI2.sh with these three settings; TESTS and DTYPES may be set in the environment
+# instead (a short device budget: DTYPES='--dispatch-dtype fp8 --combine-dtype bf16').
 #   DEADLINE=<seconds> bash docs/results/v55-one-h200/next-runM.sh     (logs to $OUT)
 B_PATCH=docs/results/v55-one-h200/next-step-count.patch \
-  TESTS='LowLatency|LateRank|OpMemory|GpuCapture|python_gpu' \
-  DTYPES='--dispatch-dtype fp8,fp4 --combine-dtype bf16' \
+  TESTS=${TESTS:-'LowLatency|LateRank|OpMemory|GpuCapture|python_gpu'} \
+  DTYPES=${DTYPES:-'--dispatch-dtype fp8,fp4 --combine-dtype bf16'} \
   exec bash docs/results/v53-one-h200/runI2.sh
