@@ -13,9 +13,33 @@
 
 #include "formats/codecs.h"
 #include "testing/gpu.h"
+#include "testing/gpu_world.h"
 #include "testing/low_latency.h"
 
 namespace moe_ep::testing {
+
+// The decode tests' op on the one-GPU world (testing/gpu_world.h's shape) with slabs of 32 rows
+// per source.
+inline OpConfig decode_config(int world_size, DtypePair pair) {
+  OpConfig c = world_test_config(world_size, pair);
+  c.max_tokens_per_rank = 32;
+  c.low_latency = true;
+  return c;
+}
+
+// Their inputs, `tokens` per rank; empty: rank 1 none, the others part of the 32 rows.
+inline std::vector<RankInput> decode_inputs(const OpConfig& c, int world_size, uint64_t salt,
+                                            std::vector<int64_t> tokens = {}) {
+  InputSpec spec;
+  spec.world_size = world_size;
+  spec.config = c;
+  spec.mask_prob = 0.2;
+  if (tokens.empty()) {
+    tokens.resize(world_size);
+    for (int r = 0; r < world_size; ++r) tokens[r] = r == 1 ? 0 : 32 - 3 * r % 32;
+  }
+  return make_inputs(spec, test_seed() + salt, tokens);
+}
 
 // Inputs of replay `i` of a graph test, every rank Tmax tokens (the captured shape), seeded from
 // test_seed() + salt + i: new routing and weights every time; every 7th replay masks every token
