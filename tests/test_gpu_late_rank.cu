@@ -100,10 +100,10 @@ TEST_P(GpuLateRank, RoundCompletesAndEqualsTheReference) {
   }
 }
 
-// The world's own budgets (single_gpu_world_sms_per_rank: 4 SMs a rank at W = 8, 10 at W = 4, 32
-// at W = 2 on an H200). v34 run G: decode at W = 8 and 16 SMs, and at W = 4 and 32 SMs (the
-// world's budgets before), timed out every time; 8 and 4 SMs (W = 8), 16 and 8 (W = 4), and
-// normal mode at either passed.
+// The world's own budgets (single_gpu_world_sms_per_rank: 2 SMs a rank at W = 8, 5 at W = 4, 16
+// at W = 2 on an H200, at 4 data blocks a SM: 8, 20 and 64 data blocks). v34 run G, at 2 blocks
+// a SM: decode at W = 8 and 16 SMs, and at W = 4 and 32 SMs (the world's budgets before),
+// timed out every time; 8 and 4 SMs (W = 8), 16 and 8 (W = 4), and normal mode at either passed.
 INSTANTIATE_TEST_SUITE_P(Worlds, GpuLateRank,
                          ::testing::Values(LateCase{8, 0, true}, LateCase{4, 0, true},
                                            LateCase{2, 0, true}, LateCase{8, 0, false},

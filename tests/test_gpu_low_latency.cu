@@ -66,8 +66,8 @@ INSTANTIATE_TEST_SUITE_P(Ranks, GpuLowLatency, ::testing::Values(1, 2, 4, 8),
                          });
 
 // World size 1 on one SM's budget: the combine's 256 items (32 tokens of 2 slices in 4 parts) on
-// a grid of 2 blocks, 32 warps, so every warp takes 8 of them, and the send and the expand on
-// those 2 blocks too; with masked slots and tokens. A dtype pair of each dispatch dtype.
+// a grid of 4 blocks, 32 warps, so every warp takes 8 of them, and the send and the expand on
+// those 4 blocks too; with masked slots and tokens. A dtype pair of each dispatch dtype.
 TEST(GpuLowLatencyWorldOfOne, OneSmBudgetTakesEveryItem) {
   if (!testing::have_gpu()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
   for (const DtypePair& pair : {DtypePair{DispatchDtype::bf16, CombineDtype::bf16},

@@ -66,8 +66,8 @@ TEST(SingleGpuWorldLimits, BudgetsFitTheGpuOrTheWorldSaysSo) {
   if (!testing::have_gpu()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
   int sms = 0;
   MOE_EP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  // 8 ranks of an H200's 132 SMs get 4 each (cuda_backend::single_gpu_world_sms_per_rank): an
-  // explicit 5 is refused on every rank.
+  // 8 ranks of an H200's 132 SMs get 2 each (cuda_backend::single_gpu_world_sms_per_rank, at 4
+  // data blocks a SM): an explicit 3 is refused on every rank.
   const int cap = cuda_backend::single_gpu_world_sms_per_rank(sms, 8);
   auto comms = make_single_gpu_world(8);
   OpConfig c = world_test_config(8, {DispatchDtype::bf16, CombineDtype::bf16});

@@ -2,8 +2,8 @@
 // src/backends/cuda/policy.h), checked on the CPU: for every world size up to the backend's
 // limit on a GPU of 132 SMs (H200) and of 78 and 8, the budget leaves an SM with nothing of the
 // other ranks on it even when each holds two calls' worth of blocks on SMs of their own
-// (single_gpu_world_leaves_an_sm: (W - 1) * (4b + 2) <= SMs - 1, checked here at its values),
-// it is the largest such budget, and it is at least 1.
+// (single_gpu_world_leaves_an_sm: (W - 1) * 2 * (4b + 1) <= SMs - 1 at 4 data blocks a SM,
+// checked here at its values), it is the largest such budget, and it is at least 1.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -32,15 +32,17 @@ TEST(WorldBudget, LargestBudgetThatLeavesAnSmForALateRank) {
       }
     }
   }
-  // The predicate itself: 7 waiting ranks of 4 SMs hold at most 7 * 18 = 126 of 132 SMs (6 stay
-  // free), of 5 SMs 7 * 22 = 154; a world of one leaves the whole GPU.
-  EXPECT_TRUE(single_gpu_world_leaves_an_sm(132, 8, 4));
-  EXPECT_FALSE(single_gpu_world_leaves_an_sm(132, 8, 5));
+  // The predicate itself, at 4 data blocks a SM: 7 waiting ranks of 2 SMs (8 data blocks each,
+  // two calls of 9 blocks) hold at most 7 * 18 = 126 of 132 SMs (6 stay free), of 3 SMs 7 * 26 =
+  // 182; a world of one leaves the whole GPU.
+  static_assert(Policy::kDataBlocksPerSm == 4, "the figures below are those of 4 blocks a SM");
+  EXPECT_TRUE(single_gpu_world_leaves_an_sm(132, 8, 2));
+  EXPECT_FALSE(single_gpu_world_leaves_an_sm(132, 8, 3));
   EXPECT_TRUE(single_gpu_world_leaves_an_sm(132, 1, 132));
-  // The H200's figures the documentation names.
-  EXPECT_EQ(single_gpu_world_sms_per_rank(132, 2), 32);
-  EXPECT_EQ(single_gpu_world_sms_per_rank(132, 4), 10);
-  EXPECT_EQ(single_gpu_world_sms_per_rank(132, 8), 4);
+  // The H200's figures the documentation names (64, 20 and 8 data blocks a rank).
+  EXPECT_EQ(single_gpu_world_sms_per_rank(132, 2), 16);
+  EXPECT_EQ(single_gpu_world_sms_per_rank(132, 4), 5);
+  EXPECT_EQ(single_gpu_world_sms_per_rank(132, 8), 2);
 }
 
 }  // namespace

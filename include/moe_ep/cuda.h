@@ -44,8 +44,8 @@ std::vector<std::shared_ptr<Communicator>> make_local_nccl_communicators(
 // kernels and protocol run between them. It tests the protocol, not link speed: its times are
 // never multi-GPU figures. Ranks wait on each other across streams, so a rank that starts a call
 // late must still find room on the GPU beside what the others hold while they wait for it: one
-// op of a rank may use at most b SMs, the largest b with (world_size - 1) * (4b + 2) <= SMs - 1
-// (132 SMs: 32 at W = 2, 10 at W = 4, 4 at W = 8; the whole GPU at W = 1; 1 at least; the
+// op of a rank may use at most b SMs, the largest b with (world_size - 1) * 2 * (4b + 1) <=
+// SMs - 1 (132 SMs: 16 at W = 2, 5 at W = 4, 2 at W = 8; the whole GPU at W = 1; 1 at least; the
 // default budget is clamped to it, an explicit larger num_sms is an error), and world sizes
 // above the SM count are refused. timeout_s bounds the host-side exchanges of the world
 // (0 takes MOE_EP_TIMEOUT_S). domain_size D (0: every rank) makes the world act like machines of

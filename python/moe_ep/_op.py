@@ -503,8 +503,8 @@ def single_gpu_world(world_size: int, device: int = 0, timeout_s: float = 0,
     wait for each other, so they must not share a stream. get_op(world[r], ...) gives rank r's
     op (one op cache per rank); dispatch and combine take CUDA torch tensors of `device`.
     timeout_s bounds the world's host-side exchanges (0: MOE_EP_TIMEOUT_S). Each rank's op may
-    use at most the largest b SMs with (world_size - 1) * (4b + 2) <= SMs - 1 (on an H200: 32 at
-    2 ranks, 10 at 4, 4 at 8), so that a late rank still finds room beside what the others hold
+    use at most the largest b SMs with (world_size - 1) * 2 * (4b + 1) <= SMs - 1 (on an H200: 16
+    at 2 ranks, 5 at 4, 2 at 8), so that a late rank still finds room beside what the others hold
     while they wait. Its times are never multi-GPU figures.
     domain_size D (0: every rank) makes the world act like machines of D ranks: a rank sees only
     its domain's buffers, and what crosses domains goes through the world's loopback transport

@@ -74,8 +74,8 @@ inline constexpr int kLlPipeHalf = kLlSlotGroup / 2;
 // The widest top-k the op accepts (op.cc's kMaxTopk; LocalSlots: two slots a lane).
 inline constexpr int kLlMaxSlots = 64;
 
-// The lane's shared-memory slots for SlotSumPipe's half in flight: slot i at [i * 32] (16 warps x
-// 4 x 32 x 16 B = 32 KiB a block; lane-major, so a warp's 16-byte accesses hit every bank once).
+// The lane's shared-memory slots for SlotSumPipe's half in flight: slot i at [i * 32] (8 warps x
+// 4 x 32 x 16 B = 16 KiB a block; lane-major, so a warp's 16-byte accesses hit every bank once).
 __device__ __forceinline__ uint4* ll_pipe_slots() {
   __shared__ uint4 buf[Policy::kDataThreads / 32][kLlPipeHalf][32];
   return &buf[threadIdx.x / 32][0][threadIdx.x & 31];
@@ -86,7 +86,7 @@ __device__ __forceinline__ uint4* ll_pipe_slots() {
 // k_slots on) and its weight (-0 there, which adds nothing to a sum). Every lane reads an entry at
 // one address (a broadcast), so a warp step's load costs a shared load for its row instead of a
 // shuffle, a test and a 64-bit product, and its sum a shared load for the weight instead of a
-// shuffle, a test and a select (768 B a warp, 12 KiB a block; v48 in perf-history).
+// shuffle, a test and a select (768 B a warp, 6 KiB a block; v48 in perf-history).
 struct LlSlotTable {
   const uint16_t* row[kLlMaxSlots];
   float weight[kLlMaxSlots];

@@ -97,7 +97,7 @@ MOE_EP_HD int64_t ll_slab_column_first(int64_t units, int64_t slab_rows, int e, 
 }
 
 // The decode combine's largest number of reduce items when its slices are split into parts
-// (LlCombineItems::parts): about the warps of the default budget (32 SMs, 2 blocks of 16 warps).
+// (LlCombineItems::parts): the warps of the default budget (32 SMs, 4 blocks of 8 warps).
 inline constexpr int64_t kLlMaxReduceItems = 1024;
 // A part of a slice is whole warp steps (the reduces step through it a warp step at a time).
 static_assert(Policy::kDispatchSliceElems % (4 * Policy::kElemsPerWarpStep) == 0,

@@ -10,16 +10,18 @@
 namespace moe_ep::cuda_backend {
 
 struct Sm90Policy {
-  // Data kernels (dispatch, combine): 512 threads = 16 warps per block, a warp per row (or per
-  // slice of a row) at a time; a row of hidden 7168 bf16 is 14 KB, so 16 warps keep ~224 KB of
-  // loads in flight per SM.
-  static constexpr int kDataThreads = 512;
-  // Blocks per SM of budget: a data block is compiled for 2 per SM (__launch_bounds__(512, 2):
-  // at most 64 registers, 2 x 512 x 64 = the 64K-register file), so a budget of N SMs is 2N
-  // blocks and never more than N SMs' worth of registers and threads. Measured on 2 x H200
-  // (docs/perf-notes.md, v4 and v9): 2 blocks per SM beat 1 for mxfp4 dispatch (143 -> 116 us)
-  // and fp8 combine (194 -> 168 us).
-  static constexpr int kDataBlocksPerSm = 2;
+  // Data kernels (dispatch, combine, decode mode's): 256 threads = 8 warps per block, a warp per
+  // row (or per slice of a row) at a time.
+  static constexpr int kDataThreads = 256;
+  // Blocks per SM of budget: a data block is compiled for 4 per SM (__launch_bounds__(256, 4): at
+  // most 64 registers, 4 x 256 x 64 = the 64K-register file), so a budget of N SMs is 4N blocks
+  // and never more than N SMs' worth of registers and threads. Measured on 2 x H200
+  // (docs/perf-history.md, v4 and v9) with 512-thread blocks: 2 a SM beat 1 for mxfp4 dispatch
+  // (143 -> 116 us) and fp8 combine (194 -> 168 us). v56 (one H100, docs/perf-notes.md): the
+  // same threads in blocks of 256, twice as many, so that on an idle GPU a grid reaches twice the
+  // SMs: the decode round 0.7-2.2 us faster at 1-256 tokens, normal mode's fp8 dispatch and bf16
+  // combine at 4096 tokens and 32 SMs 1.3 us faster each.
+  static constexpr int kDataBlocksPerSm = 4;
   // Chunks of 256 elements a warp loads before it encodes (4 x 16 bytes in flight per lane).
   static constexpr int kUnroll = 4;
   // Elements a warp moves per step: 32 lanes x 8 (one 16-byte bf16 vector each).
@@ -52,21 +54,23 @@ using Policy = Sm90Policy;
 // while they wait for it. The largest block it needs is a whole SM (decode's step kernel that
 // ranks the slots and normal mode's count_kernel: 1024 threads at 64 registers), so at least one
 // SM must hold nothing of the other ranks. A waiting rank holds at most, per call in flight,
-// 2b + 1 blocks: a decode step block with the next kernel's 2b data blocks scheduled behind it
-// (programmatic dependent launch; a count kernel's whole-SM blocks are b since v35); with two
-// calls in flight on two streams (two micro-batches) twice that, each block on an SM of its own
-// at worst.
-// So (W - 1) * (4b + 2) <= sms - 1 (single_gpu_world_leaves_an_sm). v34 (docs/perf-history.md):
-// with one rank 300 ms late, decode at W = 8 with b = 16 and at W = 4 with b = 32
-// (floor(sms / W), the rule before) timed out every time; b = 8 and 4 (W = 8), 16 and 8 (W = 4)
-// completed. One rank takes the whole GPU; at least 1 SM, even where the rule gives less
-// (W >= 23 on 132 SMs; the world warns).
+// db + 1 blocks (d = kDataBlocksPerSm): a decode step block with the next kernel's db data
+// blocks scheduled behind it (programmatic dependent launch; a count kernel's whole-SM blocks are
+// b since v35); with two calls in flight on two streams (two micro-batches) twice that, each
+// block on an SM of its own at worst.
+// So (W - 1) * 2 * (db + 1) <= sms - 1 (single_gpu_world_leaves_an_sm). v34 (docs/perf-history.md,
+// 512-thread blocks, 2 a SM): with one rank 300 ms late, decode at W = 8 with 32 data blocks a
+// rank and at W = 4 with 64 (b = floor(sms / W), the rule before) timed out every time; 16 and 8
+// blocks (W = 8), 32 and 16 (W = 4) completed. Since v56's 4 blocks a SM the rule gives the same
+// blocks a rank (8 at W = 8, 20 at W = 4, 64 at W = 2 on 132 SMs) in half the SMs. One rank takes
+// the whole GPU; at least 1 SM, even where the rule gives less (W >= 23 on 132 SMs; the world
+// warns).
 inline bool single_gpu_world_leaves_an_sm(int sms, int world_size, int per_rank) {
-  return (world_size - 1) * (4 * per_rank + 2) <= sms - 1;
+  return (world_size - 1) * 2 * (Policy::kDataBlocksPerSm * per_rank + 1) <= sms - 1;
 }
 inline int single_gpu_world_sms_per_rank(int sms, int world_size) {
   if (world_size <= 1) return sms;
-  const int per_rank = ((sms - 1) / (world_size - 1) - 2) / 4;
+  const int per_rank = ((sms - 1) / (2 * (world_size - 1)) - 1) / Policy::kDataBlocksPerSm;
   return per_rank >= 1 ? per_rank : 1;
 }
 
