@@ -1,5 +1,5 @@
 #!/bin/bash
-# v56, an experiment (not for merging as it is): D = main + next-blocks256.patch, every data
+# v56, an experiment (ran in v56 as run D; merged with the one-GPU world's budget rule in blocks): D = main + next-blocks256.patch, every data
 # kernel in blocks of 256 threads, 4 a SM of budget (Policy::kDataThreads 512 -> 256,
 # kDataBlocksPerSm 2 -> 4): the same threads and registers for a budget, in twice the blocks, so
 # on an idle GPU a decode kernel's grid reaches twice the SMs. Question: are the decode kernels
@@ -7,7 +7,7 @@
 # time) or by each warp's chain (then level)? v21's copy floors: 50 GB/s an SM at 32 SMs.
 # 1. Decode bench main / D, fp8 dispatch, bf16 combine, 3 alternating rounds.
 # 2. Normal mode at 32 SMs, 4096 tokens, fp8 + bf16, main / D, 2 rounds (the same change there).
-#   DEADLINE=<seconds> bash docs/results/v56-one-gpu/next-runD.sh     (logs to $OUT)
+#   DEADLINE=<seconds> bash docs/results/v56-one-h100/next-runD.sh     (logs to $OUT)
 set -u
 T0=$(date +%s)
 DEADLINE=${DEADLINE:-300}
@@ -17,7 +17,7 @@ export NCCL_NVLS_ENABLE=0 CUDA_MODULE_LOADING=EAGER
 CFG="-G Ninja -DCMAKE_BUILD_TYPE=Release -DMOE_EP_ENABLE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DMOE_EP_BUILD_TESTS=OFF -DPython3_EXECUTABLE=$(command -v python3)"
 SRC="CMakeLists.txt CMakePresets.json cmake include src tools python pyproject.toml tests examples"
 rm -rf tmp-gpu/D && mkdir -p tmp-gpu/D && tar -c $SRC | tar -x -C tmp-gpu/D
-(cd tmp-gpu/D && patch -p1 -s < ../../docs/results/v56-one-gpu/next-blocks256.patch) || exit 1
+(cd tmp-gpu/D && patch -p1 -s < ../../docs/results/v56-one-h100/next-blocks256.patch) || exit 1
 (cmake -S . -B build/gpu $CFG > /dev/null 2>&1 &&
   cmake --build build/gpu -j6 --target moe-ep > $OUT/build-main.log 2>&1 || echo "build main failed") &
 (cd tmp-gpu/D && cmake -S . -B build/gpu $CFG > /dev/null 2>&1 &&

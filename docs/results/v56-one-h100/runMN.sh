@@ -6,7 +6,7 @@
 # 2. Decode bench main / B / C alternating, fp8 dispatch with a bf16 combine, rounds until
 #    DEADLINE - TESTS_C_S (default 3 rounds at most).
 # 3. With the time left: ctest on C, -R 'LowLatency|GpuCapture' (C changes the world-size-1 combine).
-#   DEADLINE=<seconds> bash docs/results/v56-one-gpu/runMN.sh     (logs to $OUT)
+#   DEADLINE=<seconds> bash docs/results/v56-one-h100/runMN.sh     (logs to $OUT)
 set -u
 T0=$(date +%s)
 DEADLINE=${DEADLINE:-560}
