@@ -178,9 +178,10 @@ Figure boundary(Bench& b, bool pdl, bool graph) {
   return summarize(ns);
 }
 
-// A decode round's kernels at world size 1, empty (shape_kernel): the dispatch's step kernel (one
-// block of 1024 threads with the ranks' 32 KiB of shared memory), its send and its expand (`grid`
-// blocks of 512 threads each), the combine's step kernel (one block of 64 threads) and the
+// A decode round's kernels at world size 1, empty (shape_kernel), in the library's shapes before
+// v56 (its data blocks are 256 threads since): the dispatch's step kernel (one block of 1024
+// threads with the ranks' 32 KiB of shared memory), its send and its expand (`grid` blocks of 512
+// threads each), the combine's step kernel (one block of 64 threads) and the
 // combine (`grid` x 512); kRounds rounds in one CUDA graph, with or without programmatic launch,
 // timed by events around each replay. ns a round, over reps.
 constexpr int kRounds = 16;
