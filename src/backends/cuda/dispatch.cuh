@@ -284,7 +284,8 @@ __device__ __forceinline__ void send_bytes(const DispatchParams& p, const RecvFi
 }
 
 // kNodes: several nodes (staged rows); the one-node instantiation keeps the registers it had
-// before the path across nodes existed (64 is the cap at 2 blocks of 512 threads a SM, or 4 of 256).
+// before the path across nodes existed (64 is the cap at 2 blocks of 512 threads a SM, or at 4 of
+// 256).
 // kWhole (dispatch_whole_slices: one node, from bf16 to a quantized format, every slice inside
 // the row): the slices take send_encoded_whole, in an instantiation of their own so that the
 // general path's registers do not weigh on it.

@@ -16,8 +16,8 @@
 // and nothing measurable at 32 to 256.
 // Every pass runs on those threads (v55), so the last window's ids stay in the registers of the
 // threads that rank them, and only the exchange threads wait for thread 0's reads of the state
-// (a named barrier): docs/perf-history.md, v55 (one H200), the decode round 0.1-1.0 us faster at 1 to
-// 256 tokens.
+// (a named barrier): docs/perf-history.md, v55 (one H200), the decode round 0.1-1.0 us faster at
+// 1 to 256 tokens.
 #pragma once
 
 #include "backends/cuda/common.cuh"
