@@ -1,5 +1,6 @@
 #!/bin/bash
-# v56, NOT RUN YET (one GPU, DEADLINE seconds, 300 by default): E = main + next-blocks128.patch,
+# v56, run in v57 (docs/results/v57-one-gpu/runE/, one H100; DEADLINE seconds, 300 by default): E =
+# main + next-blocks128.patch,
 # the data kernels' blocks halved again (Policy::kDataThreads 256 -> 128, kDataBlocksPerSm 4 -> 8;
 # policy.h only: a bench-only tree, tests off, whose world-budget test figures are 4 blocks a
 # SM's). v56 run D: 512 -> 256 took the decode round 0.7-2.2 us and normal mode's legs at 4096

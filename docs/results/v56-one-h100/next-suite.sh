@@ -1,5 +1,6 @@
 #!/bin/bash
-# v56, NOT RUN YET (one GPU, DEADLINE seconds, 560 by default): the whole GPU suite on main since
+# v56, run in v57 (docs/results/v57-one-gpu/suite/, one H200; DEADLINE seconds, 560 by default): the
+# whole GPU suite on main since
 # the data kernels' 256-thread blocks (d3a41c6). Run D's tests covered decode mode only
 # (test_gpu_low_latency, _hooks, test_gpu_capture, on the experiment's tree with the old world
 # rule); this is the first run of normal mode's GPU tests, the one-GPU world's late-rank and busy
