@@ -100,7 +100,7 @@ cudaError_t launch_ll_combine(CombineDtype dtype, const LowLatencyParams& p, int
     // The whole combine in one launch sums this rank's own part in place (low_latency_combine.cuh).
     // No more blocks than this launch's items (ll_combine_items): a warp that finds no item still
     // takes a ticket and counts itself out, two atomics on one word each. At world size 1 the
-    // launch takes its items by warp instead, no ticket (LlCombineItems::by_warp; perf-notes v54:
+    // launch takes its items by warp instead, no ticket (LlCombineItems::by_warp; perf-history v54:
     // 0.7-1.2 us off every decode combine on one H100).
     const LlCombineItems items = ll_combine_items(p);
     const int blocks = blocks_for_warp_items(items.count(), num_blocks);
