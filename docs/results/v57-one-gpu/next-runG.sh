@@ -13,11 +13,17 @@
 # If X fails as E3 did, stream count (queues) is the suspect, if H does, cudaHostAlloc; Q4 is the
 # canary probe itself, for its 2 s lines in a failing dispatch.
 # One source tree: patch, build test_gpu_world (the library is static), keep the binary, revert.
+# The device tool brings back at most 8 files (run E3 lost its count file to that): the logs go
+# to tmp-gpu/logs and come back as one archive, $OUT/runG-logs.tgz, whenever the script ends.
 #   DEADLINE=<seconds> bash docs/results/v57-one-gpu/next-runG.sh      (logs to $OUT)
 set -u
 T0=$(date +%s)
 DEADLINE=${DEADLINE:-560}
 D=docs/results/v57-one-gpu
+FINAL_OUT=$OUT
+OUT=tmp-gpu/logs
+rm -rf tmp-gpu && mkdir -p $OUT
+trap 'tar -C tmp-gpu -czf $FINAL_OUT/runG-logs.tgz logs' EXIT
 export NCCL_NVLS_ENABLE=0 CUDA_MODULE_LOADING=EAGER
 CFG="-G Ninja -DCMAKE_BUILD_TYPE=Release -DMOE_EP_ENABLE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DMOE_EP_BUILD_TESTS=ON -DPython3_EXECUTABLE=$(command -v python3)"
 cmake -S . -B build/gpu $CFG > /dev/null 2>&1
