@@ -1,5 +1,6 @@
 #!/bin/bash
-# v54, NOT RUN YET, for two GPUs (about 5 minutes): v48's next-x2-combine.sh (read its notes in
+# v54, NOT RUN, superseded by docs/results/v57-one-gpu/next-x2-combine3.sh (this patch no longer
+# applies since v56). For two GPUs (about 5 minutes): v48's next-x2-combine.sh (read its notes in
 # docs/results/v48-two-h200/) with pre-v47-combine.patch made again on v54's main: v48's older
 # combine kernel, which now accepts main's by-warp template argument and ignores it (that
 # kernel runs only at world size 1).
