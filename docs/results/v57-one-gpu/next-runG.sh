@@ -6,12 +6,14 @@
 # out). probe3 makes, on each rank's thread at its first op, a stream (the canary's) and a mapped
 # word with cudaHostAlloc, which can wait for the whole device (resources.h keeps the library off
 # it). Arms, alternating, each main + one patch:
-#   X  = next-idle-stream.patch: the stream only, never used (a stream more a rank: under the
-#        hardware-queue reading, more streams than queues put two ranks' work on one queue);
+#   X  = next-idle-stream.patch: the stream only, never used (a stream more a rank; v42's queue
+#        probe found a stream bound to a hardware queue only while a launch waits in it behind a
+#        running kernel, so an idle stream should change nothing);
 #   H  = next-host-alloc.patch: the cudaHostAlloc only;
 #   Q4 = next-stall-probe4.patch: probe3 with its word from the library's mapped host slabs.
-# If X fails as E3 did, stream count (queues) is the suspect, if H does, cudaHostAlloc; Q4 is the
-# canary probe itself, for its 2 s lines in a failing dispatch.
+# Predicted: X fails about as often as main (1 of 100 in run F), H as often as E3's arms (most of
+# its failures in creation), Q4 as main. If X fails as E3 did, stream creation is a suspect; if
+# H does, cudaHostAlloc. Q4 is the canary probe itself, for its 2 s lines in a failing dispatch.
 # One source tree: patch, build test_gpu_world (the library is static), keep the binary, revert.
 # The device tool brings back at most 8 files (run E3 lost its count file to that): the logs go
 # to tmp-gpu/logs and come back as one archive, $OUT/runG-logs.tgz, whenever the script ends.
