@@ -359,7 +359,9 @@ TEST_F(GpuAgreement, APeerPastTheCreationIsJudgedAtOnceByItsAttemptThere) {
     testing::gpu_round(*op, rank, world_size, after[0], {stream.s, stream.s});
   });
   expect_error(first[0], ErrorCode::kTimeout,
-               {"create_op: rank 0 timed out after 4 s", "rank 1 has not joined"}, 0);
+               {"create_op: rank 0 timed out after 4 s",
+                "rank 1 has not joined (its latest attempt seen: none; this rank's: 1)"},
+               0);
   expect_error(first[1], ErrorCode::kInvalidArgument,
                {"configuration differs between ranks: hidden=256 on rank 0, hidden=512 on rank 1",
                 "rank 1 found ranks [0] past this creation",

@@ -8,8 +8,10 @@
 #        tests' stream pool makes them first, testing/gpu.h), as many as X adds, made while no
 #        kernel spins.
 # Predicted if the making is what matters: X fails about as in run G, S8 as main.
-# Alternating arms; logs come back as one archive ($OUT/runG2-logs.tgz).
-#   DEADLINE=<seconds> bash docs/results/v58-one-gpu/runG2.sh      (logs to $OUT)
+# Alternating arms; logs come back as one archive ($OUT/runG2-logs.tgz). ARMS (default "X S8")
+# picks the arms: ARMS=X repeats X alone (since v58 a creation timeout names each missing peer's
+# latest attempt seen and this rank's, which says whether the two groups were in one round).
+#   [ARMS="X S8"] DEADLINE=<seconds> bash docs/results/v58-one-gpu/runG2.sh      (logs to $OUT)
 set -u
 T0=$(date +%s)
 DEADLINE=${DEADLINE:-560}
@@ -26,12 +28,13 @@ build() {  # build test_gpu_world as tmp-gpu/bin/$1
   cp "$(find build/gpu -name test_gpu_world -type f | head -1)" tmp-gpu/bin/$1
   echo "built $1 $(( $(date +%s) - T0 )) s"
 }
-build S8
+ARMS=${ARMS:-X S8}
+case " $ARMS " in *" S8 "*) build S8 ;; esac
 P=docs/results/v57-one-gpu/next-idle-stream.patch
 patch -p1 -s < $P || exit 1
 build X
 patch -R -p1 -s < $P || exit 1
-for i in $(seq 1 500); do for v in X S8; do
+for i in $(seq 1 500); do for v in $ARMS; do
   [ $(( $(date +%s) - T0 + 40 )) -gt $DEADLINE ] && break 2
   skip=0; [ $v = S8 ] && skip=8
   MOE_EP_TEST_STREAM_SKIP=$skip MOE_EP_TIMEOUT_S=10 timeout 100 tmp-gpu/bin/$v \

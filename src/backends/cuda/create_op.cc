@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -152,7 +153,13 @@ void rendezvous(CudaComm& comm, const ConfigValues& values, const std::string& r
                                 difference, ")"),
                  difference);
     } else {
-      misses.add(q, detail::concat("rank ", q, " has not joined"));
+      // The attempt numbers tell whether the two ranks were in the same round (v58 in
+      // docs/perf-notes.md: two groups of ranks, each timing out on the other).
+      const uint64_t peer_attempt = o.tag[q] >> 2;
+      misses.add(
+          q, detail::concat("rank ", q, " has not joined (its latest attempt seen: ",
+                            peer_attempt == 0 ? std::string("none") : std::to_string(peer_attempt),
+                            "; this rank's: ", attempt, ")"));
     }
   }
   if (misses.count == 0) return;
