@@ -360,7 +360,8 @@ TEST_F(GpuAgreement, APeerPastTheCreationIsJudgedAtOnceByItsAttemptThere) {
   });
   expect_error(first[0], ErrorCode::kTimeout,
                {"create_op: rank 0 timed out after 4 s",
-                "rank 1 has not joined (its latest attempt seen: none; this rank's: 1)"},
+                "rank 1 has not joined (its latest attempt seen: none, waited for one above 0; "
+                "this rank's: 1)"},
                0);
   expect_error(first[1], ErrorCode::kInvalidArgument,
                {"configuration differs between ranks: hidden=256 on rank 0, hidden=512 on rank 1",

@@ -10,7 +10,7 @@
 # Predicted if the making is what matters: X fails about as in run G, S8 as main.
 # Alternating arms; logs come back as one archive ($OUT/runG2-logs.tgz). ARMS (default "X S8")
 # picks the arms: ARMS=X repeats X alone (since v58 a creation timeout names each missing peer's
-# latest attempt seen and this rank's, which says whether the two groups were in one round).
+# latest attempt seen, the one it waited past and this rank's: were the two groups in one round?).
 #   [ARMS="X S8"] DEADLINE=<seconds> bash docs/results/v58-one-gpu/runG2.sh      (logs to $OUT)
 set -u
 T0=$(date +%s)

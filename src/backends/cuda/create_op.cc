@@ -153,13 +153,14 @@ void rendezvous(CudaComm& comm, const ConfigValues& values, const std::string& r
                                 difference, ")"),
                  difference);
     } else {
-      // The attempt numbers tell whether the two ranks were in the same round (v58 in
-      // docs/perf-notes.md: two groups of ranks, each timing out on the other).
+      // The attempt numbers tell whether the two ranks were in the same round, and the one the
+      // kernel waited to exceed whether this rank's bookkeeping had counted q's attempt already
+      // (v58 in docs/perf-notes.md: two groups of ranks, each timing out on the other).
       const uint64_t peer_attempt = o.tag[q] >> 2;
       misses.add(
           q, detail::concat("rank ", q, " has not joined (its latest attempt seen: ",
                             peer_attempt == 0 ? std::string("none") : std::to_string(peer_attempt),
-                            "; this rank's: ", attempt, ")"));
+                            ", waited for one above ", p.seen[q], "; this rank's: ", attempt, ")"));
     }
   }
   if (misses.count == 0) return;
