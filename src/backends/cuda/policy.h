@@ -20,7 +20,7 @@ struct Sm90Policy {
   // (143 -> 116 us) and fp8 combine (194 -> 168 us). v56 (one H100, docs/perf-history.md): the
   // same threads in blocks of 256, twice as many, so that on an idle GPU a grid reaches twice the
   // SMs: the decode round 0.7-2.2 us faster at 1-256 tokens, normal mode's fp8 dispatch and bf16
-  // combine at 4096 tokens and 32 SMs 1.3 us faster each. v57 (one H100, docs/perf-notes.md):
+  // combine at 4096 tokens and 32 SMs 1.3 us faster each. v57 (one H100, docs/perf-history.md):
   // blocks of 128, 8 a SM, made the 128- and 256-token decode dispatches 0.9-1.5 us slower.
   static constexpr int kDataBlocksPerSm = 4;
   // Chunks of 256 elements a warp loads before it encodes (4 x 16 bytes in flight per lane).
