@@ -14,6 +14,8 @@
 # Decode bench of T, fp8 dispatch with a bf16 combine, one round graph a replay, 1 / 32 / 128 /
 # 256 tokens, one configuration a process, 2 rounds; read by v49's trace_points.py.
 #   bash docs/results/v57-one-gpu/next-runT.sh      (logs to $OUT)
+# PATCH and SEND_POINTS (default next-trace.patch and 5, as run in v58) name another trace patch
+# and how many points its send has (v58's next-runT2.sh).
 set -u
 T0=$(date +%s)
 t() { echo "[$(($(date +%s) - T0)) s] $*"; }
@@ -21,7 +23,8 @@ export NCCL_NVLS_ENABLE=0 CUDA_MODULE_LOADING=EAGER
 CFG="-G Ninja -DCMAKE_BUILD_TYPE=Release -DMOE_EP_ENABLE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DMOE_EP_BUILD_TESTS=OFF -DPython3_EXECUTABLE=$(command -v python3)"
 SRC="CMakeLists.txt CMakePresets.json cmake include src tools python pyproject.toml tests examples"
 rm -rf tmp-gpu && mkdir -p tmp-gpu/T && tar -c $SRC | tar -x -C tmp-gpu/T
-(cd tmp-gpu/T && patch -p1 -s < ../../docs/results/v57-one-gpu/next-trace.patch) || exit 1
+PATCH=${PATCH:-docs/results/v57-one-gpu/next-trace.patch}
+(cd tmp-gpu/T && patch -p1 -s < ../../$PATCH) || exit 1
 (cd tmp-gpu/T && cmake -S . -B build/gpu $CFG > /dev/null 2>&1 &&
   cmake --build build/gpu -j16 --target moe-ep > $OUT/build-T.log 2>&1) ||
   { tail -40 $OUT/build-T.log; exit 1; }
@@ -32,5 +35,7 @@ for r in 1 2; do for tok in 1 32 128 256; do
     --tokens $tok --dispatch-dtype fp8 --combine-dtype bf16 --decode-graph round --iters 200 --warmup 20
 done; done > $OUT/trace.log 2>&1
 grep -E "wrong|rror" $OUT/trace.log | sort | uniq -c
-python3 docs/results/v49-one-h200/trace_points.py $OUT/trace.log
+sed "s/1: 5, 2: 6/1: ${SEND_POINTS:-5}, 2: 6/" docs/results/v49-one-h200/trace_points.py \
+  > tmp-gpu/trace_points.py
+python3 tmp-gpu/trace_points.py $OUT/trace.log
 t end
