@@ -150,7 +150,7 @@ TEST(GpuBackend, OddShapesZeroTokensAndRepeatedCallsEqualCpu) {
 }
 
 // notify's scan split into parts (launch.h, notify_parts): 513 tokens take 2 parts, 4097 take
-// 8 (the look-back across parts), 40000 one part of 10 chunks; every output against the CPU.
+// 8 (the lower parts' words), 40000 one part of 10 chunks; every output against the CPU.
 TEST(GpuBackend, ScansInPartsAndInChunksEqualCpu) {
   MOE_EP_REQUIRE_GPU();
   const uint64_t seed = test_seed();

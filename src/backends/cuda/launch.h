@@ -125,7 +125,7 @@ struct NotifyParams {
   // staging area for d != rank, its own receive row send_offset[rank] for itself ([W], device).
   CopyEngineCounts* ce_counts = nullptr;
   int32_t* ce_stage_offset = nullptr;
-  // Several parts per destination (notify_parts): [W, kNotifyMaxParts] look-back words,
+  // Several parts per destination (notify_parts): [W, kNotifyMaxParts] part words,
   // [W, E/W + 1] per-expert counts and rows summed over the parts, [W] parts finished; the last
   // part of a destination resets its sums and count to 0.
   uint64_t* part_words = nullptr;

@@ -3,8 +3,8 @@
 // inputs in validation mode; a failure sets the error flag, which the step kernel turns into
 // this rank's rejection of the call.
 // notify (after it): blocks take tickets. Ticket (d, part) scans part `part` of the tokens for
-// destination d (canonical positions by block scan, plus the rows of the parts before it by
-// look-back; one part above 32768 tokens), and the last of d's parts to finish stores
+// destination d (canonical positions by block scan, plus the rows of the parts before it, from
+// their words; one part above 32768 tokens), and the last of d's parts to finish stores
 // {step, rows s->d} into every peer's counts table and {step, rows naming local expert e} into
 // d's expert table. The last ticket, handed out only after every sender ticket was taken by a
 // running block, waits (bounded) for every rank's words and derives this rank's send offsets,
@@ -168,35 +168,29 @@ __device__ void notify_publish(const NotifyParams& p, int dest, int rows, const 
   }
 }
 
-// Part `part` of destination d's scan: the rows sent to d before this part's tokens, found by
-// decoupled look-back over the parts below it. Thread 0 first stores this part's own row count
-// (the inclusive prefix at once for part 0), then adds up the earlier parts' words from the
-// nearest down, stopping at the first inclusive prefix, and stores its own inclusive prefix.
-// A part waits only on parts with lower tickets, taken by running blocks that store their count
-// before they wait, so no wait depends on a block that is not resident. The words carry the
-// step (a word of an earlier call is not one of this call's).
+// Part `part` of destination d's scan: the rows sent to d before this part's tokens, the sum of
+// the lower parts' own row counts. Thread 0 stores this part's count as its word, and lane j <
+// part of the first warp waits for part j's word: the words are waited for together, one round
+// trip once they are in (a look-back through inclusive prefixes, the nearest part first, read
+// them one after another: docs/perf-notes.md, v59). A part waits only on parts with lower
+// tickets, taken by running blocks that store their word before they wait, so no wait depends
+// on a block that is not resident. The words carry the step (a word of an earlier call is not
+// one of this call's).
 __device__ int notify_part_prefix(const NotifyParams& p, int dest, int part, int rows) {
+  static_assert(kNotifyMaxParts <= 32, "a lane a lower part");
   __shared__ int exclusive;
-  if (threadIdx.x == 0) {
+  if (threadIdx.x < 32) {  // warp 0
     uint64_t* words = p.part_words + static_cast<int64_t>(dest) * kNotifyMaxParts;
-    const uint64_t tag = p.step << 32;
-    int sum = 0;
-    if (part == 0) {
-      st_relaxed_sys(words, tag | kNotifyPartInclusive | static_cast<uint32_t>(rows));
-    } else {
-      st_relaxed_sys(words + part, tag | static_cast<uint32_t>(rows));
-      for (int j = part - 1; j >= 0; --j) {
-        uint64_t word = 0;
-        if (!wait_tagged<false>(words + j, 32, p.step, p.timeout_ns, p.err, kPhaseNotify,
-                                p.info.rank, p.info.rank, &word)) {
-          break;  // reported: the call fails on every rank
-        }
-        sum += static_cast<int>(word & kNotifyPartValueMask);
-        if ((word & kNotifyPartInclusive) != 0) break;
-      }
-      st_relaxed_sys(words + part, tag | kNotifyPartInclusive | static_cast<uint32_t>(sum + rows));
-    }
-    exclusive = sum;
+    if (threadIdx.x == 0) st_relaxed_sys(words + part, p.step << 32 | static_cast<uint32_t>(rows));
+    int before = 0;
+    const int j = static_cast<int>(threadIdx.x);
+    uint64_t word = 0;
+    if (j < part && wait_tagged<false>(words + j, 32, p.step, p.timeout_ns, p.err, kPhaseNotify,
+                                       p.info.rank, p.info.rank, &word)) {
+      before = static_cast<int>(static_cast<uint32_t>(word));
+    }  // a wait that gave up is reported: the call fails on every rank
+    before = __reduce_add_sync(0xffffffffu, before);
+    if (threadIdx.x == 0) exclusive = before;
   }
   __syncthreads();
   const int result = exclusive;
@@ -374,8 +368,8 @@ __global__ void __launch_bounds__(Policy::kNotifyThreads) notify_kernel(NotifyPa
   }
   const unsigned int world = static_cast<unsigned int>(p.info.world_size);
   // Sender tickets (d, part) = d * parts + part, then the receiver's: tickets of lower parts go
-  // first, so a part's look-back waits only on running blocks. kNotifySend hands out the sender
-  // tickets only; the receive runs in its own launch.
+  // first, so a part's wait for the lower parts' words waits only on running blocks. kNotifySend
+  // hands out the sender tickets only; the receive runs in its own launch.
   const int parts = notify_parts(p.num_tokens);
   const unsigned int senders = world * static_cast<unsigned int>(parts);
   const unsigned int last = p.phase == kNotifySend ? senders - 1 : senders;
@@ -401,10 +395,10 @@ __global__ void __launch_bounds__(Policy::kNotifyThreads) notify_kernel(NotifyPa
 // (step_block), this rank rejecting the call when the scan failed, and then stores the step in
 // *c.step_done. The senders do not wait for it: what they store is harmless when the call fails
 // (positions into the op's spare half, which a failed call leaves spare; count words tagged with
-// the step, which no receiver reads then; look-back words and sums that their last part resets),
-// so they scan while the step runs, and an invalid id only counts nowhere. The receiver, the one
-// ticket whose stores a failed call must not make, waits for the word and moves nothing if the
-// error flag is set, as notify_kernel after the step kernel. So only the step block and the
+// the step, which no receiver reads then; part words, tagged too; sums that their last part
+// resets), so they scan while the step runs, and an invalid id only counts nowhere. The
+// receiver, the one ticket whose stores a failed call must not make, waits for the word and
+// moves nothing if the error flag is set, as notify_kernel after the step kernel. So only the step block and the
 // receiver wait on peers, as with the three kernels: senders that waited for the step would
 // hold SMs while a peer's step is pending, which ranks sharing a GPU may need (v28: an earlier
 // version did so; no stall was traced to it; the concern of common.cuh's launch rule).

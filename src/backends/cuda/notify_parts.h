@@ -12,16 +12,14 @@ namespace moe_ep::cuda_backend {
 // notify's scan of the tokens for a destination: chunks of kNotifyChunkTokens (4 tokens a
 // thread). Up to kNotifyMaxParts chunks' worth of tokens (32768), the scan is split into parts of
 // about kNotifyPartTokens or more (at most kNotifyMaxParts, none empty, each within one chunk),
-// one ticket each, that find the rows before them by look-back (notify.cuh); more tokens take
+// one ticket each, that find the rows before them from the lower parts' words (notify.cuh); more tokens take
 // one part of several chunks. v22: one block scanned 4096 tokens per destination in 22.7 us
 // under ncu.
 inline constexpr int kNotifyTokensPerThread = 4;
 inline constexpr int kNotifyChunkTokens = Policy::kNotifyThreads * kNotifyTokensPerThread;
 inline constexpr int kNotifyPartTokens = 512;
 inline constexpr int kNotifyMaxParts = 8;
-// A part's look-back word: step (high 32 bits), inclusive-prefix bit, rows (low 31 bits).
-inline constexpr uint64_t kNotifyPartInclusive = uint64_t{1} << 31;
-inline constexpr uint64_t kNotifyPartValueMask = kNotifyPartInclusive - 1;
+// A part's word (notify_part_prefix): step (high 32 bits), the part's rows (low 32 bits).
 
 MOE_EP_HD int notify_parts(int num_tokens) {
   if (num_tokens > kNotifyMaxParts * kNotifyChunkTokens) return 1;
