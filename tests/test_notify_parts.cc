@@ -1,8 +1,8 @@
 // notify's split of a destination's scan into parts (src/backends/cuda/notify_parts.h), checked
 // on the CPU for every token count up to past the single-part limit: the parts cover the tokens
-// once, in order, none is empty (an empty part would still have to store the word a
-// later part waits for, notify.cuh), and with several parts each fits in one chunk (the
-// kernel scans a part in one block scan and takes its rows from that scan's total).
+// once, in order, none is empty (an empty part would still have to store the word a later part
+// waits for, notify.cuh), and with several parts each fits in one chunk (the kernel scans a part
+// in one block scan and takes its rows from that scan's total).
 #include <gtest/gtest.h>
 
 #include <algorithm>

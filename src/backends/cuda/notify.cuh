@@ -398,12 +398,12 @@ __global__ void __launch_bounds__(Policy::kNotifyThreads) notify_kernel(NotifyPa
 // the step, which no receiver reads then; part words, tagged too; sums that their last part
 // resets), so they scan while the step runs, and an invalid id only counts nowhere. The
 // receiver, the one ticket whose stores a failed call must not make, waits for the word and
-// moves nothing if the error flag is set, as notify_kernel after the step kernel. So only the step block and the
-// receiver wait on peers, as with the three kernels: senders that waited for the step would
-// hold SMs while a peer's step is pending, which ranks sharing a GPU may need (v28: an earlier
-// version did so; no stall was traced to it; the concern of common.cuh's launch rule).
-// Every other wait is for a lower ticket, taken by a running block, so the kernel finishes with
-// any number of its blocks resident.
+// moves nothing if the error flag is set, as notify_kernel after the step kernel. So only the
+// step block and the receiver wait on peers, as with the three kernels: senders that waited for
+// the step would hold SMs while a peer's step is pending, which ranks sharing a GPU may need
+// (v28: an earlier version did so; no stall was traced to it; the concern of common.cuh's launch
+// rule). Every other wait is for a lower ticket, taken by a running block, so the kernel
+// finishes with any number of its blocks resident.
 // kValidate: launched in validation mode (c.scan.validate), the only instantiation with the scan
 // of x (validate_scan).
 template <bool kValidate>
