@@ -53,7 +53,8 @@ struct OpConfig {
   // Several nodes (docs/design.md#several-nodes): ranks [n*L, (n+1)*L) form node n, one NVLink
   // domain; nodes reach each other over the network. L must divide the world size; 0 (the
   // default) means L = world size, one node. Dispatch outputs do not depend on it; combine sums
-  // each remote node's rows on that node first. The CUDA backend takes only L = world size.
+  // each remote node's rows on that node first. The CUDA backend needs each node inside one
+  // NVLink domain of its communicator (checked at creation on every rank).
   int ranks_per_node = 0;
   // Copy-engine data path (CUDA backend, normal mode on one node; docs/cuda-backend.md): rows
   // are packed into a local staging area by a kernel and moved to each peer by the GPU's copy

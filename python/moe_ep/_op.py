@@ -413,8 +413,8 @@ def get_op(group, num_experts: int, top_k: int, hidden: int, max_tokens_per_rank
     True or False only. ranks_per_node: OpConfig::ranks_per_node, ranks per node L (ranks
     [n*L, (n+1)*L) form node n; L divides the world size; 0, the default, is one node); with
     L < world size combine sums each other node's rows on that node first
-    (docs/design.md#several-nodes); on the CPU backend in both modes, on the CUDA backend in
-    normal mode only (low_latency=True with L < world size is refused on every rank).
+    (docs/design.md#several-nodes); on both backends in both modes (on CUDA each node must lie
+    inside one NVLink domain of the communicator, checked on every rank).
     copy_engine: OpConfig::copy_engine, normal mode's rows move by the GPU's copy engines
     instead of SM stores (CUDA backend, one node, not with low_latency=True: those combinations
     are refused on every rank; ignored on CPU); False takes MOE_EP_COPY_ENGINE for the ops that
