@@ -11,7 +11,9 @@ import os
 import re
 import sys
 
-LINK = re.compile(r"\]\(([^)\s]+)\)")
+# A link's target may begin on the line after its "](" (a wrapped paragraph), so the prose of a
+# file is searched as one text.
+LINK = re.compile(r"\]\(\s*([^)\s]+)\)")
 
 
 def prose_lines(path):
@@ -50,22 +52,21 @@ def main():
     files = [os.path.join(root, "README.md")] + sorted(glob.glob(os.path.join(root, "docs", "*.md")))
     cache, broken, checked = {}, [], 0
     for path in files:
-        for line in prose_lines(path):
-            for target in LINK.findall(line):
-                if re.match(r"[a-z]+:", target):  # http:, https:, mailto:
-                    continue
-                checked += 1
-                file_part, _, fragment = target.partition("#")
-                dest = os.path.normpath(os.path.join(os.path.dirname(path), file_part)) if file_part else path
-                where = f"{os.path.relpath(path, root)}: ({target})"
-                if not os.path.exists(dest):
-                    broken.append(f"{where}: no file {os.path.relpath(dest, root)}")
-                    continue
-                if fragment and dest.endswith(".md"):
-                    if dest not in cache:
-                        cache[dest] = anchors(dest)
-                    if fragment not in cache[dest]:
-                        broken.append(f"{where}: no heading with anchor #{fragment}")
+        for target in LINK.findall("".join(prose_lines(path))):
+            if re.match(r"[a-z]+:", target):  # http:, https:, mailto:
+                continue
+            checked += 1
+            file_part, _, fragment = target.partition("#")
+            dest = os.path.normpath(os.path.join(os.path.dirname(path), file_part)) if file_part else path
+            where = f"{os.path.relpath(path, root)}: ({target})"
+            if not os.path.exists(dest):
+                broken.append(f"{where}: no file {os.path.relpath(dest, root)}")
+                continue
+            if fragment and dest.endswith(".md"):
+                if dest not in cache:
+                    cache[dest] = anchors(dest)
+                if fragment not in cache[dest]:
+                    broken.append(f"{where}: no heading with anchor #{fragment}")
     for b in broken:
         print(b)
     print(f"docs_links: {checked} links checked in {len(files)} files, {len(broken)} broken")

@@ -199,11 +199,10 @@ CommandFn add_bench_command(CLI::App& app) {
          "tokens per rank, or a list (e.g. 1,32,128): every pair runs once per size, each size "
          "with its own op; cpu 128, cuda 4096, --mode decode 128")
       ->type_name("LIST");
-  add_int(
-      cmd, "--ranks-per-node", o.ranks_per_node,
-      "ranks per node L (OpConfig::ranks_per_node), dividing --ranks: ranks [n*L, (n+1)*L) "
-      "form node n; with L < --ranks (--mode normal only) the table gains d_net_MB and c_net_MB, "
-      "the bytes per rank per leg between nodes; default one node");
+  add_int(cmd, "--ranks-per-node", o.ranks_per_node,
+          "ranks per node L (OpConfig::ranks_per_node), dividing --ranks: ranks [n*L, (n+1)*L) "
+          "form node n; with L < --ranks the table gains d_net_MB and c_net_MB, "
+          "the bytes per rank per leg between nodes; default one node");
   add_int(cmd, "--hidden", o.hidden, "hidden size H; cpu 2048, cuda 7168");
   add_int(cmd, "--experts", o.experts, "experts E (a multiple of --ranks); cpu 64, cuda 256");
   add_int(cmd, "--topk", o.topk, "experts per token K; 8");

@@ -24,8 +24,9 @@ namespace {
 struct ShapeDefaults {
   int ranks, tokens, hidden, experts, topk, iters, warmup;
 };
-// CPU: 4 rank threads and a shape whose 9 checked pairs finish in seconds on two cores (about
-// 4 s idle, 7-8 s while other builds share the two cores; 256 tokens took up to 18 s there).
+// CPU: 4 rank threads and a shape whose 12 checked pairs finish in seconds on two cores (4.6 s
+// idle, measured in v60; with 9 pairs, 7-8 s while other builds shared the two cores, and 256
+// tokens took up to 18 s there).
 constexpr ShapeDefaults kCpuDefaults = {4, 128, 2048, 64, 8, 5, 1};
 // CUDA: DeepSeek-V3 (4096 tokens per rank, hidden 7168, top-8 of 256 experts); ranks = every
 // visible GPU, filled in at plan time.

@@ -61,7 +61,7 @@ struct DtypeResolution {
   CombineDtype combine = CombineDtype::bf16;
   DtypeSource dispatch_source = DtypeSource::kAuto;
   DtypeSource combine_source = DtypeSource::kAuto;
-  std::string dispatch_origin;  // e.g. "MOE_EP_DISPATCH_DTYPE=fp8" or "auto (weights fp4)"
+  std::string dispatch_origin;  // e.g. "MOE_EP_DISPATCH_DTYPE=fp8" or "auto: weights mxfp4"
   std::string combine_origin;
   std::vector<std::string> warnings;  // every warning that applies to this resolution
 };
