@@ -7,7 +7,7 @@
 # named in count_points.py): the scan shares and the step block, the senders' scans, prefixes
 # and words, the receiver, the data kernel's wait and its rows. The points are atomics of thread
 # 0: upper bounds. Normal-mode bench of C at 32 SMs, fp8 dispatch with a bf16 combine, 128 and
-# 4096 tokens, one configuration a process (each prints its rings at launch 40), 2 rounds.
+# 4096 tokens, one configuration a process (each prints its rings after dispatch 40), 2 rounds.
 #   bash docs/results/v59-one-gpu/next-runC.sh      (logs to $OUT)
 set -u
 T0=$(date +%s)

@@ -35,7 +35,8 @@ done; done > $OUT/decode.log 2>&1
 grep -E "wrong|rror" $OUT/decode.log | sort | uniq -c
 python3 tools/bench_compare.py $OUT/decode.log | tee $OUT/run.txt
 t compared
-# 2. T3 alone, one token count a process (its rings print at the combine's launch 150).
+# 2. T3 alone, one token count a process (its rings print at the combine's launch 1036,
+#    inside the 16-round graphs that round_us times; 150 was a per-leg timed graph's).
 for r in 1 2; do for tok in 1 32 128 256; do
   echo "== $tok fp8 round $r"
   timeout 60 tmp-gpu/T3/build/gpu/tools/moe-ep $D --tokens $tok
