@@ -3,7 +3,7 @@
 
 For the DeepSeek-V3 shape (hidden 7168, 256 experts, top-8) on nodes of 8 GPUs, this computes per
 rank and per leg the expected bytes over the network, over NVLink and through HBM, for two ways
-of crossing nodes: the planned hierarchical path (a token crosses the network once per remote
+of crossing nodes: the hierarchical path moe-ep builds (a token crosses the network once per remote
 node that owns one of its experts, to a forwarder that fans it out over NVLink; combine returns
 one partial per remote node) and a flat all-to-all (a token crosses the network once per remote
 rank that owns one of its experts). Expectations are exact under uniform random top-k routing

@@ -38,7 +38,8 @@
 //              slot k is the number of src's earlier tokens naming its expert (bit 31 set
 //              when an earlier slot of the token names the same expert)
 //   ll ready   [W src][Tmax][slices] uint64         combine: src's partial for token t, slice j
-//              has landed (decode tag | step); a slice is ll_slice_elems elements of the row
+//              has landed (decode tag | step); a slice is 1024 elements of the row (the CUDA
+//              backend's Policy::kDispatchSliceElems)
 #pragma once
 
 #include <cstdint>

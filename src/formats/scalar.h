@@ -205,7 +205,7 @@ MOE_EP_HD float e3m4_to_float(uint8_t q) {
 // fraction of the rate of a float add, and the int8/e3m4 encoder rounds every element with both
 // codes. These helpers round with float additions instead and give the same code and the same
 // decoded value as int8_satfinite / e3m4_satfinite with int8_to_float / e3m4_to_float on their
-// domains (tests/test_formats_random.cc compares them on every float of those domains, up to the
+// domains (tests/test_formats_int8_e3m4.cc compares them on every float of those domains, up to the
 // low byte, which cannot move a float across a rounding boundary).
 
 // a + b and a - b rounded to nearest even, never fused or reassociated (the intrinsics on the
@@ -252,7 +252,7 @@ MOE_EP_HD float e3m4_rounding_offset(float a) {
 }
 
 // The int8 scale word of a block, bf16_round_up(amax / 127), with a multiplication instead of
-// the division: the same word for every bf16 amax >= 0 (tests/test_formats_random.cc checks all
+// the division: the same word for every bf16 amax >= 0 (tests/test_formats_int8_e3m4.cc checks all
 // of them), though the two floats before the rounding up may differ.
 inline constexpr float kInt8MaxReciprocal = 1.0f / kInt8Max;  // rounded to nearest
 MOE_EP_HD uint16_t int8_scale_word(float amax) { return bf16_round_up(amax * kInt8MaxReciprocal); }

@@ -6,8 +6,9 @@
 // fp32 in ascending rank order from +0.0 and rounded once to bf16, exactly as combine does, and
 // the result is compared with the fp64 sum of the unquantized bf16 partial rows. The shipped
 // formats run through their traits of src/formats/codecs.h, so their rows are the wire's bits;
-// the other candidates are written out below. Every draw comes from one seed (--seed, printed),
-// through a generator written out here, so a run replays on any compiler and library.
+// the other candidates are written out in candidates.cc. Every draw comes from one seed
+// (--seed, printed), through a generator written out here, so a run replays on any compiler and
+// library.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>

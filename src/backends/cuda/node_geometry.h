@@ -65,7 +65,7 @@ struct StageLayout {
   }
 };
 
-// Decode mode across nodes (planned: docs/multi-node.md, "Decode mode across nodes: the plan"):
+// Decode mode across nodes (docs/multi-node.md, "Decode mode across nodes: the plan"):
 // the one message a rank sends each rail peer per leg, of a fixed size (the worst case, `Tmax`
 // rows whatever T is), so that a CUDA graph can hold the exchange. Every offset is a multiple of
 // 16 and so is the size.

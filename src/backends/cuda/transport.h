@@ -21,7 +21,7 @@ typedef struct ncclComm* ncclComm_t;
 namespace moe_ep::cuda_backend {
 
 // An exchange whose parts (peers, buffers, sizes) are fixed when it is made, then launched as
-// often as needed; each launch may be captured in a CUDA graph (decode mode across nodes, planned:
+// often as needed; each launch may be captured in a CUDA graph (decode mode across nodes:
 // docs/multi-node.md). Made by Transport::persistent.
 class PersistentExchange {
  public:
