@@ -1,5 +1,7 @@
 # Python tests (tests/python, pytest), when the Python package is built (MOE_EP_BUILD_PYTHON):
 #   python_cpu          the CPU-backend suite on numpy arrays (label cpu)
+#   python_cpu_unvalidated  its tests of duplicate expert ids again with MOE_EP_VALIDATE=0, where
+#                       they take the branch that accepts the duplicates (label cpu)
 #   python_gpu          tests/python/test_gpu_*.py on torch tensors (processes per GPU, and two
 #                       ranks of one GPU from threads, decode mode in torch.cuda.graph); they
 #                       skip themselves without torch or GPUs
@@ -19,6 +21,12 @@ add_test(NAME python_cpu
          COMMAND ${MOE_EP_PYTHON_EXECUTABLE} -m pytest -q -p no:cacheprovider -rs
                  --ignore-glob=*test_gpu_*.py ${CMAKE_CURRENT_SOURCE_DIR}/python)
 set_tests_properties(python_cpu PROPERTIES LABELS cpu ENVIRONMENT "${_py_env}" TIMEOUT 600)
+add_test(NAME python_cpu_unvalidated
+         COMMAND ${MOE_EP_PYTHON_EXECUTABLE} -m pytest -q -p no:cacheprovider -rs
+                 -k duplicate_expert_ids ${CMAKE_CURRENT_SOURCE_DIR}/python/test_cpu_ops.py
+                 ${CMAKE_CURRENT_SOURCE_DIR}/python/test_decode_cpu.py)
+set_tests_properties(python_cpu_unvalidated PROPERTIES LABELS cpu TIMEOUT 300 ENVIRONMENT
+                     "PYTHONPATH=${CMAKE_BINARY_DIR}/python;MOE_EP_VALIDATE=0;PYTHONDONTWRITEBYTECODE=1")
 
 # -v names each test as it starts, and faulthandler_timeout (pytest's own) prints every thread's
 # Python stack when one test runs past 240 s, so a stalled GPU test names where it stalled in the

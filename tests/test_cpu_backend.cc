@@ -1,5 +1,5 @@
 // The CPU backend against the independent plain-loop reference (src/reference/reference.h), bit for
-// bit on every output of dispatch and combine: all 3x3 dtype pairs, the output tensor metadata,
+// bit on every output of dispatch and combine: all 12 dtype pairs, the output tensor metadata,
 // odd shapes (3 ranks, 12 experts, top-5, 1 token), world size 1, a rank with zero tokens, a rank
 // that receives nothing, tokens with every slot masked, pre-quantized x, several rounds on one op,
 // determinism, and a tolerance check of out against unquantized fp32 math.

@@ -15,7 +15,8 @@ namespace {
 struct Shape {
   int world, local_experts, topk, max_tokens;
   int64_t payload, scales, combine;  // bytes per row
-  bool low_latency;
+  bool low_latency = false;
+  int ll_slices = 1;  // decode mode: combine slices per row (ready flags)
 };
 
 // [begin, end) of every region, from the getters only.
@@ -54,6 +55,9 @@ std::vector<Span> spans_of(const BufferLayout& l, bool low_latency) {
     spans.push_back({"ll stage", l.ll_stage_offset(0, 0, 0), l.ll_stage_offset(1, w, 0)});
     spans.push_back({"ll meta", l.ll_meta_offset(0, 0), l.ll_meta_offset(w, 0)});
     spans.push_back({"ll ready", l.ll_ready_offset(0, 0, 0), l.ll_ready_offset(w, 0, 0)});
+    // The last slice's flag of the last (source, token) ends the region.
+    EXPECT_EQ(l.ll_ready_offset(w - 1, l.max_tokens - 1, l.ll_slices - 1) + 8,
+              l.ll_ready_offset(w, 0, 0));
   }
   return spans;
 }
@@ -65,12 +69,19 @@ TEST(Layout, RegionsAreAlignedDisjointAndInside) {
       {8, 32, 8, 128, 3584, 224, 7168},          // mxfp4 dispatch, decode-size batches
       {64, 4, 4, 1, 16, 1, 16},                  // the backend's largest world, one token
       {3, 5, 5, 7, 256, 8, 264},                 // odd sizes (combine rows round up to 16)
+      // Decode mode's regions too: DeepSeek-V3 at 128 tokens (7 slices of 1024 of hidden 7168),
+      // mxfp4 at eight ranks, odd sizes, and the largest world.
+      {2, 128, 8, 128, 7168, 224, 14336, true, 7},
+      {8, 32, 8, 256, 3584, 224, 14336, true, 7},
+      {3, 5, 5, 7, 256, 8, 264, true, 1},
+      {64, 4, 4, 1, 16, 1, 16, true, 1},
   };
   for (const Shape& s : shapes) {
     SCOPED_TRACE("world " + std::to_string(s.world) + ", max_tokens " +
-                 std::to_string(s.max_tokens));
-    const BufferLayout l = BufferLayout::make(s.world, s.local_experts, s.topk, s.max_tokens,
-                                              s.payload, s.scales, s.combine, s.low_latency);
+                 std::to_string(s.max_tokens) + (s.low_latency ? ", decode" : ""));
+    const BufferLayout l =
+        BufferLayout::make(s.world, s.local_experts, s.topk, s.max_tokens, s.payload, s.scales,
+                           s.combine, s.low_latency, s.ll_slices);
     if (s.low_latency) {
       EXPECT_GE(l.stage_row_bytes, s.payload + s.scales);
       EXPECT_GE(l.meta_bytes, 12 * s.topk);

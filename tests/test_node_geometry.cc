@@ -41,11 +41,18 @@ TEST(NodeGeometry, SlotsForwardersAndExchangesPairUpForEveryWorldAndNodeSize) {
           ASSERT_EQ(f % size, rank % size);
           const NodeInfo at_f = NodeInfo::of(world, size, f);
           ASSERT_EQ(at_f.rail_peer(f, n.node), rank);
-          sends.insert({rank, f});                       // rank -> its forwarder on node
-          recvs.insert({at_f.rail_peer(f, n.node), f});  // f expects it from that source
+          sends.insert({rank, f});  // rank -> its forwarder on node
         }
         ASSERT_EQ(static_cast<int>(slots.size()), n.num_nodes - 1);
+        // From the receiving side: rank, as a forwarder, expects one source on every other node,
+        // its rail peer there.
+        for (int node = 0; node < n.num_nodes; ++node) {
+          if (node != n.node) recvs.insert({n.rail_peer(rank, node), rank});
+        }
       }
+      // Every send is expected by its forwarder and every expected source sends: W * (N - 1) of
+      // each, the same pairs.
+      EXPECT_EQ(static_cast<int>(sends.size()), world * (world / size - 1));
       EXPECT_EQ(sends, recvs);
     }
   }

@@ -39,6 +39,7 @@ def main(path):
         assert r["backend"] == "cpu", r["backend"]
         assert (r["ranks"], r["tokens"], r["hidden"], r["experts"], r["topk"], r["seed"]) == (
             4, 32, 512, 16, 4, 7), r
+        assert r["checked"] is True, r  # a row the bench did not check proves nothing here
         assert r["wrong"] == 0, f"{r['dispatch_dtype']}/{r['combine_dtype']}: wrong={r['wrong']}"
         assert r["dispatch_us"] > 0 and r["combine_us"] > 0, r
         assert r["bytes_per_rank"] == r["dispatch_bytes"] + r["combine_bytes"], r
