@@ -52,6 +52,11 @@ apply N part-experts || exit 1
 apply NR part-experts receiver-gather || exit 1
 apply NRP part-experts receiver-gather poll-num-recv || exit 1
 apply NRPS part-experts receiver-gather poll-num-recv small-count || exit 1
+# RCZ=1: recv-count-zero.patch (decode, independent of the four) on the test tree too, with its tests
+if [ "${RCZ:-0}" = 1 ] && [ $TT != none ]; then
+  b=tmp-gpu/$TT; [ $TT = M ] && b=.
+  (cd $b && patch -p1 -s < $PWD/$V/recv-count-zero.patch) || exit 1
+fi
 build() {  # tree (. or tmp-gpu/X), name
   local tests=OFF target="--target moe-ep" jobs=3
   [ "$2" = "$TT" ] && { tests=ON; target=; jobs=6; }
@@ -80,8 +85,9 @@ if [ -n "$R" ]; then
 fi
 [ $TT = none ] && { t end; exit 0; }
 b=tmp-gpu/$TT; [ $TT = M ] && b=.
+LL=; [ "${RCZ:-0}" = 1 ] && LL='|GpuLowLatencyScan|GpuLowLatency\.'
 MOE_EP_TIMEOUT_S=10 timeout 300 ctest --test-dir $b/build/gpu -L gpu \
-  -R 'GpuAgreement|GpuBackend|GpuNodes|GpuCopyEngine|SingleGpuWorld|GpuLateRank|GpuTimeout' \
+  -R "GpuAgreement|GpuBackend|GpuNodes|GpuCopyEngine|SingleGpuWorld|GpuLateRank|GpuTimeout$LL" \
   --output-on-failure --timeout 120 > $OUT/tests.log 2>&1
 echo "ctest rc $?"
 grep -E "tests passed|tests failed|\(Failed\)|\(Timeout\)|Total Test" $OUT/tests.log
