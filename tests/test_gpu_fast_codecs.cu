@@ -7,9 +7,10 @@
 // encoder can produce, plus zero and subnormal maxima), the two also a slice of 4 steps at a time
 // (encode_lanes, the dispatch kernel's whole-slice path); for int8/e3m4, all 65536 patterns in
 // blocks led by 44 maxima across the bf16 range and at the edges of its fast path
-// (tests/test_gpu_formats.cu sweeps every value in every position as well). The device encodes warp-step by warp-step
-// (256 elements, 8 per lane) exactly as the data kernels do; the host encodes the same rows with
-// encode_row of the trait, and payload and scales must be equal bit for bit. The decode test
+// (tests/test_gpu_formats.cu sweeps every value in every position as well). The device encodes
+// warp-step by warp-step (256 elements, 8 per lane) exactly as the data kernels do; the host
+// encodes the same rows with encode_row of the trait, and payload and scales must be equal bit
+// for bit; the device's outputs start poisoned, so a byte it skips fails. The decode test
 // takes every e4m3 code times sampled block scales through lane_decode_add.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -97,8 +98,8 @@ void expect_device_equals_host(const std::vector<uint16_t>& x, const char* what)
                 reinterpret_cast<typename F::Scale*>(want_scales.data()));
 
   testing::DeviceBuffer dx = testing::DeviceBuffer::copy_of(x);
-  testing::DeviceBuffer dp = testing::DeviceBuffer::of_bytes(payload_n);
-  testing::DeviceBuffer ds = testing::DeviceBuffer::of_bytes(want_scales.size());
+  testing::DeviceBuffer dp = testing::DeviceBuffer::poisoned(payload_n);
+  testing::DeviceBuffer ds = testing::DeviceBuffer::poisoned(want_scales.size());
   if constexpr (kSlices) {
     ASSERT_EQ(n % (kSliceSteps * kStep), 0);
     encode_slices_kernel<F><<<264, 512>>>(static_cast<const uint16_t*>(dx.ptr.get()), n / kStep,
@@ -289,7 +290,7 @@ void expect_decode_equals_trait(const std::vector<float>& scales) {
   const int64_t n = 256 * static_cast<int64_t>(scales.size());
   testing::DeviceBuffer dc = testing::DeviceBuffer::copy_of(codes);
   testing::DeviceBuffer ds = testing::DeviceBuffer::copy_of(scales);
-  testing::DeviceBuffer dout = testing::DeviceBuffer::of_bytes(sizeof(float) * n);
+  testing::DeviceBuffer dout = testing::DeviceBuffer::poisoned(sizeof(float) * n);
   decode_codes_kernel<kFromZero><<<264, 256>>>(
       static_cast<const uint8_t*>(dc.ptr.get()), static_cast<const float*>(ds.ptr.get()),
       static_cast<int>(scales.size()), static_cast<float*>(dout.ptr.get()));

@@ -215,7 +215,8 @@ void parallel_for(int64_t n, Fn fn) {
 }
 
 // Encodes every swept block of background `bg` (32 elements) on the host's cores with the trait:
-// fn(worker, b, codes, word) for block b, worker in [0, 16) a slot of the caller's per-worker tallies.
+// fn(worker, b, codes, word) for block b, worker in [0, 16) a slot of the caller's per-worker
+// tallies.
 template <typename Fn>
 void for_each_swept_block_on_host(const uint16_t* bg, int64_t num_blocks, Fn fn) {
   std::atomic<int> slot{0};
@@ -250,6 +251,9 @@ void expect_sweep_equals_scalar() {
   std::vector<uint16_t> words(kBlocks);      // [kBlocks] device scale words
   int64_t e3m4_blocks = 0;
   for (int g = 0; g < kBackgrounds; ++g) {
+    // Poisoned each time: a block the kernel skips must not pass on the last background's codes.
+    ASSERT_EQ(cudaMemset(d_codes, 0xa5, kBlocks * 32), cudaSuccess);
+    ASSERT_EQ(cudaMemset(d_words, 0xa5, kBlocks * sizeof(uint16_t)), cudaSuccess);
     encode_int8_e3m4<kPath><<<1024, 256>>>(d_bg + g * 32, kBlocks, d_codes, d_words);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     ASSERT_EQ(cudaMemcpy(codes.data(), d_codes, codes.size(), cudaMemcpyDeviceToHost), cudaSuccess);
@@ -311,6 +315,8 @@ void expect_round_trip_equals_scalar(const char* what) {
   std::vector<float> out(kBlocks * 32);
   int64_t compared = 0;
   for (int g = 0; g < kBackgrounds; ++g) {
+    // Poisoned (0xa5: a finite float, never NaN) each time, as the encode sweep's outputs.
+    ASSERT_EQ(cudaMemset(d_out, 0xa5, kBlocks * 32 * sizeof(float)), cudaSuccess);
     round_trip_int8_e3m4<kPath><<<1024, 256>>>(d_bg + g * 32, kBlocks, d_out);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     ASSERT_EQ(cudaMemcpy(out.data(), d_out, out.size() * sizeof(float), cudaMemcpyDeviceToHost),
@@ -369,6 +375,7 @@ TEST(GpuFormats, Int8E3m4PackedDecodeAddEqualsScalarOnEveryCodeAndWord) {
   constexpr int64_t kElems = 65536ll * 256;
   float* d_out = nullptr;
   ASSERT_EQ(cudaMalloc(&d_out, kElems * sizeof(float)), cudaSuccess);
+  ASSERT_EQ(cudaMemset(d_out, 0xa5, kElems * sizeof(float)), cudaSuccess);  // finite, not NaN
   decode_add_int8_e3m4<<<static_cast<int>(kElems / kElemsPerLane / 256), 256>>>(d_out);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   std::vector<float> out(kElems);
@@ -409,6 +416,7 @@ TEST(GpuFormats, Bf16PlusZeroEqualsScalarOnEveryBf16) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
   uint16_t* d_out = nullptr;
   ASSERT_EQ(cudaMalloc(&d_out, 65536 * sizeof(uint16_t)), cudaSuccess);
+  ASSERT_EQ(cudaMemset(d_out, 0xa5, 65536 * sizeof(uint16_t)), cudaSuccess);  // unwritten: wrong
   bf16_plus_zero_all<<<65536 / kElemsPerLane / 256, 256>>>(d_out);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   std::vector<uint16_t> out(65536);

@@ -215,6 +215,15 @@ struct DeviceBuffer {
     // Freed on the stream it was made on (pooled: it outlives every buffer).
     return {std::shared_ptr<void>(p, [stream](void* q) { cudaFreeAsync(q, stream); })};
   }
+  // Every byte set to `byte`, so that an output the code under test fails to write reads as
+  // garbage, not as the zeros or the earlier results a pooled allocation may hold.
+  static DeviceBuffer poisoned(size_t bytes, unsigned char byte = 0xa5) {
+    DeviceBuffer b = of_bytes(bytes);
+    cudaStream_t stream = test_alloc_stream();
+    MOE_EP_CUDA_CHECK(cudaMemsetAsync(b.ptr.get(), byte, bytes == 0 ? 16 : bytes, stream));
+    MOE_EP_CUDA_CHECK(cudaStreamSynchronize(stream));
+    return b;
+  }
   template <typename T>
   static DeviceBuffer copy_of(const std::vector<T>& host) {
     DeviceBuffer b = of_bytes(host.size() * sizeof(T));

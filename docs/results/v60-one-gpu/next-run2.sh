@@ -86,6 +86,7 @@ fi
 [ $TT = none ] && { t end; exit 0; }
 b=tmp-gpu/$TT; [ $TT = M ] && b=.
 LL=; [ "${RCZ:-0}" = 1 ] && LL='|GpuLowLatencyScan|GpuLowLatency\.'
+[ -n "${MORE_TESTS:-}" ] && LL="$LL|$MORE_TESTS"  # e.g. MORE_TESTS='GpuFormats|GpuFastCodecs'
 MOE_EP_TIMEOUT_S=10 timeout 300 ctest --test-dir $b/build/gpu -L gpu \
   -R "GpuAgreement|GpuBackend|GpuNodes|GpuCopyEngine|SingleGpuWorld|GpuLateRank|GpuTimeout$LL" \
   --output-on-failure --timeout 120 > $OUT/tests.log 2>&1
