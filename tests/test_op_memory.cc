@@ -47,7 +47,6 @@ void expect_figure_before_equals_after(const OpConfig& c, int world_size) {
     EXPECT_EQ(before[r].peer_bytes, after[r].peer_bytes);
     EXPECT_EQ(before[r].private_bytes, after[r].private_bytes);
     EXPECT_EQ(after[r].private_bytes, 0);  // the CPU backend's receive area is all peer memory
-    EXPECT_EQ(after[r].total(), after[r].peer_bytes + after[r].private_bytes);
   }
 }
 
@@ -68,7 +67,7 @@ TEST(OpMemory, CpuFigureBeforeEqualsTheOpsAfter) {
 // W = 2, E = 8, K = 2, H = 256, Tmax = 8, fp8 dispatch (256 payload bytes and 2 fp32 scales a
 // row), bf16 combine (512 bytes a row): W * Tmax = 16 receive rows.
 TEST(OpMemory, CpuFiguresCountedByHand) {
-  const int64_t normal = 16 * 256      // recv payload
+  constexpr int64_t normal = 16 * 256      // recv payload
                          + 16 * 8      // recv scales
                          + 16 * 2 * 4  // top-k ids
                          + 16 * 2 * 4  // top-k weights
@@ -76,7 +75,7 @@ TEST(OpMemory, CpuFiguresCountedByHand) {
                          + 16 * 4      // source tokens
                          + 4 * 4       // counts of the E/W = 4 local experts
                          + 16 * 512;   // combine rows
-  EXPECT_EQ(normal, 12816);
+  static_assert(normal == 12816, "the sum above, worked out");
   // Decode mode adds the staging of W * Tmax rows and E/W slabs of W * Tmax rows (E * Tmax = 64).
   const int64_t decode = normal + 16 * (256 + 8 + 2 * 4 + 2 * 4 + 4) + 2 * 4  // staging
                          + 64 * (256 + 8) + 4 * 4 + 3 * 64 * 4;               // slabs
