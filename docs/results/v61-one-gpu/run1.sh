@@ -31,7 +31,7 @@ rm -rf tmp-gpu && mkdir -p tmp-gpu/NRPS && tar -c $SRC | tar -x -C tmp-gpu/NRPS
 wait
 t built
 B="bench --backend cuda --ranks 1 --tokens 128,1024,4096 --num-sms 32 --iters 50 --warmup 10 --dispatch-dtype bf16,fp8 --combine-dtype bf16"
-for r in 1 2 3; do for v in M NRPS; do
+for r in $(seq ${ROUNDS:-3}); do for v in M NRPS; do
   b=tmp-gpu/$v; [ $v = M ] && b=.
   echo "== $v round $r"; timeout 60 $b/build/gpu/tools/moe-ep $B
 done; done > $OUT/normal.log 2>&1
