@@ -136,7 +136,10 @@ TEST(NodeGeometry, DecodeMessagesAreFixedSizedAlignedAndTheirFieldsDisjoint) {
   const DecodeMessageLayout v3 =
       DecodeMessageLayout::dispatch(step_bytes, 7168, 224, 8, 8, 32, 128);
   EXPECT_EQ(v3.row_stride, 7488);  // 7392 bytes of row, then 3 x 32 bytes of ids, weights, ranks
+  // The plan quotes two digits, hence 0.01e6; the exact sum: the header rows, then 128 x 7488.
   EXPECT_NEAR(static_cast<double>(v3.bytes), 0.96e6, 0.01e6);
+  EXPECT_EQ(v3.bytes - v3.rows, 128 * 7488);
+  EXPECT_LT(v3.rows, 2048);  // step, counts of 8 ranks x 32 experts (1 KiB), padding
 }
 
 }  // namespace
