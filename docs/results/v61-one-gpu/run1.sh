@@ -4,7 +4,7 @@
 #   M    = main
 #   NRPS = main + part-experts + receiver-gather + poll-num-recv + small-count (v60's patches)
 #          + recv-count-zero (decode; its own files, touched by none of the four)
-# 1. Both trees built together (NRPS with its tests at 12 jobs, M's tool at 4).
+# 1. Both trees built together (NRPS's tool and the test programs of 3. at 12 jobs, M's tool at 4).
 # 2. Normal mode at 32 SMs, 128 / 1024 / 4096 tokens, bf16 and fp8 dispatch with a bf16 combine,
 #    the two trees alternating, 3 rounds (tools/bench_compare.py, M the base).
 # 3. NRPS's normal-mode GPU tests (agreement, backend with the parts test, nodes, copy engine,
@@ -26,8 +26,13 @@ rm -rf tmp-gpu && mkdir -p tmp-gpu/NRPS && tar -c $SRC | tar -x -C tmp-gpu/NRPS
   recv-count-zero; do patch -p1 -s < ../../$V/$f.patch || { echo "patch $f failed"; exit 1; }; done) || exit 1
 (cmake -S . -B build/gpu $CFG -DMOE_EP_BUILD_TESTS=OFF > /dev/null 2>&1 &&
   cmake --build build/gpu -j4 --target moe-ep > $OUT/build-M.log 2>&1) || echo "build M failed" &
+# Only the test programs run below (their tests register when each is built).
+TARGETS="moe-ep test_gpu_agreement test_gpu_backend test_gpu_nodes test_gpu_copy_engine
+  test_gpu_world test_gpu_late_rank test_gpu_timeouts test_gpu_low_latency test_gpu_formats
+  test_gpu_fast_codecs"
 (cd tmp-gpu/NRPS && cmake -S . -B build/gpu $CFG -DMOE_EP_BUILD_TESTS=ON > /dev/null 2>&1 &&
-  cmake --build build/gpu -j12 > $OUT/build-NRPS.log 2>&1) || echo "build NRPS failed" &
+  cmake --build build/gpu -j12 --target $TARGETS > $OUT/build-NRPS.log 2>&1) ||
+  echo "build NRPS failed" &
 wait
 t built
 B="bench --backend cuda --ranks 1 --tokens 128,1024,4096 --num-sms 32 --iters 50 --warmup 10 --dispatch-dtype bf16,fp8 --combine-dtype bf16"
