@@ -68,13 +68,13 @@ TEST(OpMemory, CpuFigureBeforeEqualsTheOpsAfter) {
 // row), bf16 combine (512 bytes a row): W * Tmax = 16 receive rows.
 TEST(OpMemory, CpuFiguresCountedByHand) {
   constexpr int64_t normal = 16 * 256      // recv payload
-                         + 16 * 8      // recv scales
-                         + 16 * 2 * 4  // top-k ids
-                         + 16 * 2 * 4  // top-k weights
-                         + 16 * 4      // source ranks
-                         + 16 * 4      // source tokens
-                         + 4 * 4       // counts of the E/W = 4 local experts
-                         + 16 * 512;   // combine rows
+                             + 16 * 8      // recv scales
+                             + 16 * 2 * 4  // top-k ids
+                             + 16 * 2 * 4  // top-k weights
+                             + 16 * 4      // source ranks
+                             + 16 * 4      // source tokens
+                             + 4 * 4       // counts of the E/W = 4 local experts
+                             + 16 * 512;   // combine rows
   static_assert(normal == 12816, "the sum above, worked out");
   // Decode mode adds the staging of W * Tmax rows and E/W slabs of W * Tmax rows (E * Tmax = 64).
   const int64_t decode = normal + 16 * (256 + 8 + 2 * 4 + 2 * 4 + 4) + 2 * 4  // staging
