@@ -49,7 +49,8 @@ def anchors(path):
 
 def main():
     root = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else ".")
-    files = [os.path.join(root, "README.md")] + sorted(glob.glob(os.path.join(root, "docs", "*.md")))
+    files = [os.path.join(root, "README.md")]
+    files += sorted(glob.glob(os.path.join(root, "docs", "*.md")))
     cache, broken, checked = {}, [], 0
     for path in files:
         for target in LINK.findall("".join(prose_lines(path))):
@@ -57,7 +58,9 @@ def main():
                 continue
             checked += 1
             file_part, _, fragment = target.partition("#")
-            dest = os.path.normpath(os.path.join(os.path.dirname(path), file_part)) if file_part else path
+            dest = path
+            if file_part:
+                dest = os.path.normpath(os.path.join(os.path.dirname(path), file_part))
             where = f"{os.path.relpath(path, root)}: ({target})"
             if not os.path.exists(dest):
                 broken.append(f"{where}: no file {os.path.relpath(dest, root)}")

@@ -25,8 +25,10 @@ add_test(NAME python_cpu_unvalidated
          COMMAND ${MOE_EP_PYTHON_EXECUTABLE} -m pytest -q -p no:cacheprovider -rs
                  -k duplicate_expert_ids ${CMAKE_CURRENT_SOURCE_DIR}/python/test_cpu_ops.py
                  ${CMAKE_CURRENT_SOURCE_DIR}/python/test_decode_cpu.py)
-set_tests_properties(python_cpu_unvalidated PROPERTIES LABELS cpu TIMEOUT 300 ENVIRONMENT
-                     "PYTHONPATH=${CMAKE_BINARY_DIR}/python;MOE_EP_VALIDATE=0;PYTHONDONTWRITEBYTECODE=1")
+list(TRANSFORM _py_env REPLACE "^MOE_EP_VALIDATE=1$" "MOE_EP_VALIDATE=0"
+     OUTPUT_VARIABLE _py_env_unvalidated)
+set_tests_properties(python_cpu_unvalidated PROPERTIES LABELS cpu TIMEOUT 300
+                     ENVIRONMENT "${_py_env_unvalidated}")
 
 # -v names each test as it starts, and faulthandler_timeout (pytest's own) prints every thread's
 # Python stack when one test runs past 240 s, so a stalled GPU test names where it stalled in the

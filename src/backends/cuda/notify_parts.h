@@ -13,8 +13,8 @@ namespace moe_ep::cuda_backend {
 // thread). Up to kNotifyMaxParts chunks' worth of tokens (32768), the scan is split into
 // ceil(T / kNotifyPartTokens) parts of equal size (at most kNotifyMaxParts, none empty, each
 // within one chunk), one ticket each, that find the rows before them from the lower parts'
-// words (notify.cuh); more tokens take one part of several chunks. v22: one block scanned 4096 tokens per
-// destination in 22.7 us under ncu.
+// words (notify.cuh); more tokens take one part of several chunks. v22: one block scanned 4096
+// tokens per destination in 22.7 us under ncu.
 inline constexpr int kNotifyTokensPerThread = 4;
 inline constexpr int kNotifyChunkTokens = Policy::kNotifyThreads * kNotifyTokensPerThread;
 inline constexpr int kNotifyPartTokens = 512;
