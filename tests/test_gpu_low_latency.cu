@@ -82,7 +82,8 @@ TEST(GpuLowLatencyWorldOfOne, OneSmBudgetTakesEveryItem) {
 
 // An expert id out of range on one rank, found on the device by the validate kernel before the
 // decode step: every rank raises it at its next synchronize, naming the slot and the value; the
-// failed call counts nowhere and the op stays usable. At a small and a larger dispatch.
+// failed call counts nowhere (its recv_count reads 0 on every rank, not the round before's) and
+// the op stays usable. At a small and a larger dispatch.
 class GpuLowLatencyScan : public ::testing::TestWithParam<int> {
  protected:
   void SetUp() override {
@@ -100,6 +101,8 @@ TEST_P(GpuLowLatencyScan, OutOfRangeExpertFailsEveryRankAndTheOpStaysUsable) {
   std::vector<RankInput> bad = decode_inputs(c, world_size, 52, {tokens, tokens});
   bad[1].topk_idx[3 * c.topk + 1] = 999;
   std::vector<testing::RankOutcome> outcomes(world_size);
+  const int local = c.num_experts / world_size;
+  std::vector<std::vector<int32_t>> failed_counts(world_size, std::vector<int32_t>(local, -1));
   auto comms = make_single_gpu_world(world_size);
   testing::run_world(comms, [&](int rank, const std::shared_ptr<Communicator>& comm) {
     auto op = testing::kept_op(comm, c);
@@ -108,10 +111,15 @@ TEST_P(GpuLowLatencyScan, OutOfRangeExpertFailsEveryRankAndTheOpStaysUsable) {
     testing::DeviceInput input(bad[rank], 0);
     LowLatencyDispatchArgs args(input.view, /*hook=*/false);
     args.stream = stream.s;
+    const void* recv_count = nullptr;
     outcomes[rank] = testing::outcome_of([&] {
-      op->low_latency_dispatch(args);
+      recv_count = op->low_latency_dispatch(args).recv_count.data;
       op->synchronize(stream.s);
     });
+    if (recv_count != nullptr) {  // the host accepted: the device failed the call
+      MOE_EP_CUDA_CHECK(cudaMemcpy(failed_counts[rank].data(), recv_count, sizeof(int32_t) * local,
+                                   cudaMemcpyDeviceToHost));
+    }
     gpu_low_latency_round(*op, rank, last, stream.s);
   });
   testing::check_low_latency_round(c, world_size, first, 1);
@@ -123,6 +131,11 @@ TEST_P(GpuLowLatencyScan, OutOfRangeExpertFailsEveryRankAndTheOpStaysUsable) {
         << outcomes[r].message;
   }
   EXPECT_NE(outcomes[0].message.find("rank 1 rejected"), std::string::npos) << outcomes[0].message;
+  // Every rank's host accepted the call (the id is found by the device scan), so each has the
+  // failed call's recv_count: 0 everywhere (the first round's counts are nonzero somewhere).
+  for (int r = 0; r < world_size; ++r) {
+    EXPECT_EQ(failed_counts[r], std::vector<int32_t>(local, 0)) << "rank " << r;
+  }
   testing::check_low_latency_round(c, world_size, last, 2);
 }
 

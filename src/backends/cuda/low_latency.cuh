@@ -134,13 +134,19 @@ __global__ void __launch_bounds__(Policy::kNotifyThreads, 1) ll_step_kernel(LowL
   }
   __syncthreads();
   const bool rejected = p.host_rejected || votes.scan_rejected;
+  const bool agreed = step_votes_agree(votes, rejected, info.world_size);
   if (threadIdx.x == 0) {
     // The step happened on every rank whatever its outcome; the call counts only if it ran.
     state->step = step;
-    if (step_votes_agree(votes, rejected, info.world_size)) {
-      ll_record_call(state, dispatch, step, call);
-    }
+    if (agreed) ll_record_call(state, dispatch, step, call);
     if (p.hooked_send) state->hooked_step = step;
+  }
+  // A dispatch that does not run leaves every slab's count at 0, not at the previous call's
+  // (its expand moves nothing): a host that accepted the call learns of the failure only at its
+  // next call, and what it queued after the call (Python's cumulative_local_expert_recv_stats
+  // add) then adds nothing for it.
+  if (dispatch && !agreed) {
+    for (int e = threadIdx.x; e < info.experts_per_rank; e += blockDim.x) p.count[e] = 0;
   }
   settle_step_votes(info, p.peers, p.layout, step, peer_info, p.outcome, p.err, votes);
 }
