@@ -1,5 +1,6 @@
 #!/bin/bash
-# v60, NOT RUN YET (one GPU): four stacked changes to a normal dispatch's count against main.
+# v60, one GPU (the bench ran in v62: docs/results/v62-one-gpu): four stacked changes to a
+# normal dispatch's count against main.
 # Two calls, since both steps together would pass the tool's 10 minutes:
 #   TESTS=0 bash docs/results/v60-one-gpu/next-run2.sh    (the bench, about 7 minutes)
 #   BENCH=0 bash docs/results/v60-one-gpu/next-run2.sh    (the tests, about 7 minutes)
