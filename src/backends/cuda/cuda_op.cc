@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backends/cuda/cuda_check.h"
@@ -195,6 +196,29 @@ void CudaOp::host_wait(cudaEvent_t event, const char* what) {
   }
 }
 
+void CudaOp::wait_num_recv(const char* what) {
+  // The call's event is queried every 20 us at most: rank threads sharing a process (the one-GPU
+  // test world) would otherwise crowd the driver while their peers launch.
+  constexpr auto kQueryEvery = std::chrono::microseconds(20);
+  const volatile int64_t* num_recv = &host_.host()->num_recv;
+  auto next_query = std::chrono::steady_clock::now();
+  while (*num_recv < 0) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now < next_query) {
+      std::this_thread::yield();  // rank threads of one process leave each other cores
+      continue;
+    }
+    next_query = now + kQueryEvery;
+    const cudaError_t status = cudaEventQuery(call_done_.get());
+    if (status == cudaSuccess) break;  // the call is over, num_recv stored or not
+    if (status != cudaErrorNotReady) {
+      throw CudaError(detail::concat(
+          what, ": cudaEventQuery of the call failed: ", cudaGetErrorString(status)));
+    }
+  }
+  std::atomic_thread_fence(std::memory_order_acquire);
+}
+
 void CudaOp::end_call(cudaStream_t stream) {
   MOE_EP_CUDA_CHECK(cudaEventRecord(call_done_.get(), stream));
   have_call_ = true;
@@ -235,6 +259,7 @@ DispatchResult CudaOp::dispatch(const DispatchArgs& args) {
     }
   };
   if (accepted) pos_half_ ^= 1;
+  const bool polls_num_recv = !nodes_.several() && !config_.copy_engine;
   UndoFlip undo_flip{pos_half_, accepted};
   try {
     if (have_call_) MOE_EP_CUDA_CHECK(cudaStreamWaitEvent(stream, call_done_.get(), 0));
@@ -259,8 +284,7 @@ DispatchResult CudaOp::dispatch(const DispatchArgs& args) {
       np.remote_experts = remote_experts_.get();
       np.recv_from_self = recv_from_self_.get();
       np.part_words = notify_part_words_.get();
-      np.part_sums = notify_part_sums_.get();
-      np.parts_done = notify_parts_done_.get();
+      np.part_experts = notify_part_experts_.get();
       if (config_.copy_engine) {
         np.ce_counts = &host_.device()->ce;
         np.ce_stage_offset = ce_stage_offset_.get();
@@ -282,7 +306,10 @@ DispatchResult CudaOp::dispatch(const DispatchArgs& args) {
                                      sink};
         MOE_EP_CUDA_CHECK(launch_node_positions(pp, stream));
       }
-      MOE_EP_CUDA_CHECK(cudaEventRecord(notified_.get(), stream));
+      // One node's SM path: no event between count_kernel and the data kernel, which would keep
+      // the data kernel from launching before count_kernel's end (programmatic dependent
+      // launch); the host learns num_recv from the receiver's store (wait_num_recv).
+      if (!polls_num_recv) MOE_EP_CUDA_CHECK(cudaEventRecord(notified_.get(), stream));
       // The data kernel needs only device state (positions, offsets), so it is queued before
       // the host learns num_recv; it moves nothing when the step or notify failed.
       DispatchParams dp{info,
@@ -330,7 +357,11 @@ DispatchResult CudaOp::dispatch(const DispatchArgs& args) {
     end_call(stream);
     // Bounded: every device wait times out (and, across nodes, the host's wait, since the stream
     // holds the transport's exchanges).
-    host_wait(accepted ? notified_.get() : call_done_.get(), "dispatch");
+    if (accepted && polls_num_recv) {
+      wait_num_recv("dispatch");
+    } else {
+      host_wait(accepted ? notified_.get() : call_done_.get(), "dispatch");
+    }
   } catch (const CudaError& e) {
     poison_and_throw(e);
   }

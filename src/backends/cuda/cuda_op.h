@@ -129,6 +129,12 @@ class CudaOp final : public OpBase {
   // The host's wait for one of this op's events: bounded by the device's own timeouts with one
   // node; across nodes by wait_bounded, since the stream holds the transport's exchanges.
   void host_wait(cudaEvent_t event, const char* what);
+  // One node's SM path, an accepted dispatch: the host's wait for num_recv, polled in mapped
+  // memory, where the receiver stores it once every count word came in (notify.cuh); or, when it
+  // never does (the call failed), for the call's end (call_done_, queried every 20 us). Bounded
+  // as host_wait: the call's kernels' waits time out. No event between count_kernel and the data
+  // kernel, which would keep the data kernel from launching early.
+  void wait_num_recv(const char* what);
   // Several nodes (nodes_op.cc). After the data kernel: once the step is known to have passed,
   // the staged row counts, then the staged rows, cross the transport and this rank forwards
   // what it received; then the wait for every source's done word.
@@ -220,19 +226,18 @@ class CudaOp final : public OpBase {
   int32_t* pos() const {
     return pos_.get() + static_cast<size_t>(pos_half_) * world_size_ * config_.max_tokens_per_rank;
   }
-  DeviceArray<int32_t> send_offset_;             // [W]
-  DeviceArray<int32_t> recv_from_self_;          // [1]: rows received from this rank itself
-  DeviceArray<int32_t> recv_expert_count_;       // [E / W]
-  DeviceArray<unsigned int> counters_;           // [4]: notify tickets [2], combine tickets [2]
-  DeviceArray<uint64_t> notify_part_words_;      // [W, kNotifyMaxParts] (launch.h, NotifyParams)
-  DeviceArray<int32_t> notify_part_sums_;        // [W, E/W + 1]
-  DeviceArray<unsigned int> notify_parts_done_;  // [W]
-  DeviceArray<unsigned int> block_counter_;      // [1]: dispatch last-block-done counter
-  DeviceArray<unsigned int> scan_blocks_done_;   // [1]: count_kernel's scan shares finished
-  DeviceArray<uint64_t> step_done_;              // [1]: count_kernel's latest settled step
-  DeviceArray<int32_t> error_flag_;              // device copy of the error code (ErrorSink::flag)
+  DeviceArray<int32_t> send_offset_;            // [W]
+  DeviceArray<int32_t> recv_from_self_;         // [1]: rows received from this rank itself
+  DeviceArray<int32_t> recv_expert_count_;      // [E / W]
+  DeviceArray<unsigned int> counters_;          // [4]: notify tickets [2], combine tickets [2]
+  DeviceArray<uint64_t> notify_part_words_;     // [W, kNotifyMaxParts] (launch.h, NotifyParams)
+  DeviceArray<uint64_t> notify_part_experts_;   // [W, kNotifyMaxParts - 1, E/W]
+  DeviceArray<unsigned int> block_counter_;     // [1]: dispatch last-block-done counter
+  DeviceArray<unsigned int> scan_blocks_done_;  // [1]: count_kernel's scan shares finished
+  DeviceArray<uint64_t> step_done_;             // [1]: count_kernel's latest settled step
+  DeviceArray<int32_t> error_flag_;             // device copy of the error code (ErrorSink::flag)
   HostMapped<HostShared> host_;
-  Event notified_;   // after notify: num_recv is known
+  Event notified_;   // after notify: num_recv is known (copy-engine path, several nodes)
   Event call_done_;  // after the op's latest call, on the stream it ran on
   bool have_call_ = false;
   std::atomic<bool> captured_{false};         // a call was issued into a CUDA graph (Op::captured)

@@ -50,10 +50,11 @@ void CudaOp::visit_arrays(const OpConfig& config, int world_size, const CudaOpGe
   visit(&CudaOp::recv_from_self_, 1, false);
   visit(&CudaOp::recv_expert_count_, static_cast<size_t>(g.layout.local_experts), false);
   visit(&CudaOp::counters_, 4, true);
-  // notify's parts (launch.h): part words, sums and finished parts, all zero to start.
+  // notify's parts (launch.h): part words and the lower parts' expert words, zero to start (no
+  // step is 0).
   visit(&CudaOp::notify_part_words_, w * kNotifyMaxParts, true);
-  visit(&CudaOp::notify_part_sums_, static_cast<size_t>(config.num_experts) + w, true);
-  visit(&CudaOp::notify_parts_done_, w, true);
+  visit(&CudaOp::notify_part_experts_,
+        (kNotifyMaxParts - 1) * static_cast<size_t>(config.num_experts), true);
   visit(&CudaOp::block_counter_, 1, true);
   visit(&CudaOp::scan_blocks_done_, 1, true);
   visit(&CudaOp::step_done_, 1, true);

@@ -125,12 +125,11 @@ struct NotifyParams {
   // staging area for d != rank, its own receive row send_offset[rank] for itself ([W], device).
   CopyEngineCounts* ce_counts = nullptr;
   int32_t* ce_stage_offset = nullptr;
-  // Several parts per destination (notify_parts): [W, kNotifyMaxParts] part words,
-  // [W, E/W + 1] per-expert counts and rows summed over the parts, [W] parts finished; the last
-  // part of a destination resets its sums and count to 0.
+  // Several parts per destination (notify_parts): [W, kNotifyMaxParts] part words (rows) and
+  // [W, kNotifyMaxParts - 1, E/W] the lower parts' per-expert counts, each word tagged with the
+  // step (notify.cuh), so nothing is reset between calls.
   uint64_t* part_words = nullptr;
-  int32_t* part_sums = nullptr;
-  unsigned int* parts_done = nullptr;
+  uint64_t* part_experts = nullptr;
   // [1], device: the rows this rank receives from itself (where they start is send_offset[rank]),
   // for the combine's in-place sum; null when unused.
   int32_t* recv_from_self = nullptr;

@@ -4,12 +4,12 @@
 // this rank's rejection of the call.
 // notify (after it): blocks take tickets. Ticket (d, part) scans part `part` of the tokens for
 // destination d (canonical positions by block scan, plus the rows of the parts before it, from
-// their words; one part above 32768 tokens), and the last of d's parts to finish stores
-// {step, rows s->d} into every peer's counts table and {step, rows naming local expert e} into
-// d's expert table. The last ticket, handed out only after every sender ticket was taken by a
-// running block, waits (bounded) for every rank's words and derives this rank's send offsets,
-// receive total and per-local-expert counts. So the kernel finishes with any number of its
-// blocks resident.
+// their words; one part above 32768 tokens), and d's top part (its only one, or the last, which
+// adds the lower parts' counts to its own) stores {step, rows s->d} into every peer's counts
+// table and {step, rows naming local expert e} into d's expert table. The last ticket, handed
+// out only after every sender ticket was taken by a running block, waits (bounded) for every
+// rank's words and derives this rank's send offsets, receive total and per-local-expert counts.
+// So the kernel finishes with any number of its blocks resident.
 #pragma once
 
 #include <cub/block/block_scan.cuh>
@@ -168,6 +168,36 @@ __device__ void notify_publish(const NotifyParams& p, int dest, int rows, const 
   }
 }
 
+// Waits for n words tagged with `step` in their high 32 bits, word i at addr(i), thread x taking
+// i = x, x + blockDim.x, ...: the loads of kBatch words are all in flight before any is waited
+// for, so the words cost one round trip once they are in. use(i, ok, word) for every i, ok false
+// where the wait gave up (reported as peer peer_of(i); the call then fails on every rank).
+template <typename Addr, typename PeerOf, typename Use>
+__device__ void gather_tagged_words(int n, Addr addr, PeerOf peer_of, Use use,
+                                    const NotifyParams& p) {
+  constexpr int kBatch = 4;
+  const int stride = static_cast<int>(blockDim.x);
+  for (int i0 = static_cast<int>(threadIdx.x); i0 < n; i0 += kBatch * stride) {
+    const uint64_t* at[kBatch];
+    uint64_t w[kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int i = i0 + b * stride;
+      at[b] = i < n ? addr(i) : nullptr;
+      w[b] = i < n ? ld_relaxed_sys(at[b]) : 0;
+    }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int i = i0 + b * stride;
+      if (i >= n) break;
+      const bool ok = (w[b] >> 32) == p.step ||
+                      wait_tagged<false>(at[b], 32, p.step, p.timeout_ns, p.err, kPhaseNotify,
+                                         p.info.rank, peer_of(i), &w[b]);
+      use(i, ok, w[b]);
+    }
+  }
+}
+
 // Part `part` of destination d's scan: the rows sent to d before this part's tokens, the sum of
 // the lower parts' own row counts. Thread 0 stores this part's count as its word, and lane j <
 // part of the first warp waits for part j's word: the words are waited for together, one round
@@ -175,7 +205,8 @@ __device__ void notify_publish(const NotifyParams& p, int dest, int rows, const 
 // them one after another: docs/perf-notes.md, v59). A part waits only on parts with lower
 // tickets, taken by running blocks that store their word before they wait, so no wait depends
 // on a block that is not resident. The words carry the step (a word of an earlier call is not
-// one of this call's).
+// one of this call's). -1 when a wait gave up (reported: the call fails on every rank), so that
+// the part publishes nothing.
 __device__ int notify_part_prefix(const NotifyParams& p, int dest, int part, int rows) {
   static_assert(kNotifyMaxParts <= 32, "a lane a lower part");
   __shared__ int exclusive;
@@ -185,12 +216,13 @@ __device__ int notify_part_prefix(const NotifyParams& p, int dest, int part, int
     int before = 0;
     const int j = static_cast<int>(threadIdx.x);
     uint64_t word = 0;
-    if (j < part && wait_tagged<false>(words + j, 32, p.step, p.timeout_ns, p.err, kPhaseNotify,
-                                       p.info.rank, p.info.rank, &word)) {
-      before = static_cast<int>(static_cast<uint32_t>(word));
-    }  // a wait that gave up is reported: the call fails on every rank
+    const bool failed =
+        j < part && !wait_tagged<false>(words + j, 32, p.step, p.timeout_ns, p.err, kPhaseNotify,
+                                        p.info.rank, p.info.rank, &word);
+    if (j < part && !failed) before = static_cast<int>(static_cast<uint32_t>(word));
     before = __reduce_add_sync(0xffffffffu, before);
-    if (threadIdx.x == 0) exclusive = before;
+    const bool any_failed = __any_sync(0xffffffffu, failed);  // every lane of the warp votes
+    if (threadIdx.x == 0) exclusive = any_failed ? -1 : before;
   }
   __syncthreads();
   const int result = exclusive;
@@ -198,13 +230,34 @@ __device__ int notify_part_prefix(const NotifyParams& p, int dest, int part, int
   return result;
 }
 
+// The top part's sum of the lower parts' per-expert counts (their expert words, tagged with the
+// step: notify_send) into expert_count (shared), gathered together: one round trip once the
+// words are in. False, for the whole block, when a wait gave up (reported: the call fails on
+// every rank). Ends with a barrier.
+__device__ bool notify_add_lower_parts(const NotifyParams& p, const uint64_t* words, int lower,
+                                       int* expert_count) {
+  const int local = p.info.experts_per_rank;
+  bool failed = false;
+  gather_tagged_words(  // word j * local + e: lower part j's count of expert e
+      lower * local, [&](int i) { return words + i; }, [&](int) { return p.info.rank; },
+      [&](int i, bool ok, uint64_t word) {
+        failed = failed || !ok;
+        const int count = ok ? static_cast<int>(static_cast<uint32_t>(word)) : 0;
+        if (count != 0) atomicAdd(&expert_count[i % local], count);
+      },
+      p);
+  return __syncthreads_or(failed) == 0;
+}
+
 // Ticket (d, part): canonical positions of part `part` of the tokens (notify_part_range), as
-// sent to d, and, from the last of d's parts to finish, the words for d. Thread i holds the
-// flags of a chunk's tokens 4i .. 4i + 3 (blocked), so one block scan of 4 items per thread
-// gives every token's position in token order within the chunk. With several parts (at most one
-// chunk each), the rows before the part come from notify_part_prefix, and each part adds its
-// per-expert counts and rows into part_sums[d]; the last part to finish takes them (resetting
-// them to 0) and publishes.
+// sent to d, and, from d's top part (parts - 1), the words for d. Thread i holds the flags of a
+// chunk's tokens 4i .. 4i + 3 (blocked), so one block scan of 4 items per thread gives every
+// token's position in token order within the chunk. With several parts (one chunk each, none
+// above it), the rows before the part come from notify_part_prefix; a lower part stores its
+// per-expert counts as words tagged with the step into part_experts[d], and the top part adds
+// them to its own (notify_add_lower_parts) and publishes: its rows before plus its own are d's
+// rows. No sums by atomics, fences or count of finished parts (docs/perf-notes.md, v60's
+// part-experts.patch).
 __device__ void notify_send(const NotifyParams& p, int dest, int part, int parts,
                             int* expert_count) {
   constexpr int kItems = kNotifyTokensPerThread;
@@ -212,16 +265,22 @@ __device__ void notify_send(const NotifyParams& p, int dest, int part, int parts
   __shared__ typename Scan::TempStorage scan_storage;
   // One byte a token of the chunk (notify_flags_narrow), read as a word of 4 by each thread.
   __shared__ uint32_t chunk_flag_words[Policy::kNotifyThreads];
-  __shared__ bool last_part;
-  __shared__ int total_rows;
   auto* chunk_flags = reinterpret_cast<uint8_t*>(chunk_flag_words);
   const RankInfo& info = p.info;
-  for (int e = threadIdx.x; e < info.experts_per_rank; e += blockDim.x) expert_count[e] = 0;
+  const int local = info.experts_per_rank;
+  for (int e = threadIdx.x; e < local; e += blockDim.x) expert_count[e] = 0;
   __syncthreads();
-  const int32_t first = dest * info.experts_per_rank;
+  const int32_t first = dest * local;
   const NotifyPartRange range = notify_part_range(p.num_tokens, parts, part);
+  const bool top = part == parts - 1;
+  uint64_t* part_experts =
+      p.part_experts + static_cast<int64_t>(dest) * (kNotifyMaxParts - 1) * local;
+  // One pass with several parts, even over an empty part (not made by notify_part_range for a
+  // part count from notify_parts, but a later part must not wait for it): its words all 0.
   int running = 0;
-  for (int base = range.begin; base < range.end; base += kNotifyChunkTokens) {
+  bool waits_failed = false;  // a wait for a lower part's word gave up: publish nothing
+  for (int base = range.begin; base < range.end || (parts > 1 && base == range.begin);
+       base += kNotifyChunkTokens) {
     const int end = min(range.end, base + kNotifyChunkTokens);
     const int t0 = base + static_cast<int>(threadIdx.x) * kItems;
     int flag[kItems], prefix[kItems];
@@ -235,11 +294,20 @@ __device__ void notify_send(const NotifyParams& p, int dest, int part, int parts
                                           info.topk, first, info.experts_per_rank, expert_count)
                       : 0;
       }
+      __syncthreads();  // every token's expert counts are in
+    }
+    if (parts > 1 && !top) {  // this part's counts, before its scan and its wait
+      const uint64_t tag = p.step << 32;
+      for (int e = threadIdx.x; e < local; e += blockDim.x) {
+        st_relaxed_sys(part_experts + static_cast<int64_t>(part) * local + e,
+                       tag | static_cast<uint32_t>(expert_count[e]));
+      }
     }
     int chunk_total = 0;
     Scan(scan_storage).ExclusiveSum(flag, prefix, chunk_total);
     // Several parts: one chunk each, so the part's rows are chunk_total.
     const int before = parts > 1 ? notify_part_prefix(p, dest, part, chunk_total) : running;
+    waits_failed = waits_failed || before < 0;  // block-uniform
 #pragma unroll
     for (int j = 0; j < kItems; ++j) {
       if (t0 + j < end) {
@@ -247,39 +315,17 @@ __device__ void notify_send(const NotifyParams& p, int dest, int part, int parts
             flag[j] ? before + prefix[j] : -1;
       }
     }
-    running += chunk_total;
-    __syncthreads();  // scan_storage is reused
+    running = before + chunk_total;  // with several parts: the rows up to this part's end
+    __syncthreads();                 // scan_storage is reused
   }
-  // An empty part (not made by notify_part_range for a part count from notify_parts, but a later
-  // part must not wait for it): its words all the same.
-  if (parts > 1 && range.begin >= range.end) notify_part_prefix(p, dest, part, 0);
-  if (parts == 1) {
-    notify_publish(p, dest, running, expert_count);
-    __syncthreads();  // expert_count is reused by this block's next ticket
-    return;
+  if (parts > 1 && !top) return;  // expert_count is not read after the last barrier
+  if (parts > 1 && !notify_add_lower_parts(p, part_experts, parts - 1, expert_count)) {
+    waits_failed = true;
   }
-  int* sums = p.part_sums + static_cast<int64_t>(dest) * (info.experts_per_rank + 1);
-  for (int e = threadIdx.x; e < info.experts_per_rank; e += blockDim.x) {
-    if (expert_count[e] != 0) atomicAdd(sums + e, expert_count[e]);
-  }
-  if (threadIdx.x == 0 && running != 0) atomicAdd(sums + info.experts_per_rank, running);
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) last_part = atomicAdd(p.parts_done + dest, 1u) == parts - 1u;
-  __syncthreads();
-  if (last_part) {
-    __threadfence();  // every part's sums are in
-    for (int e = threadIdx.x; e < info.experts_per_rank; e += blockDim.x) {
-      expert_count[e] = atomicExch(sums + e, 0);
-    }
-    if (threadIdx.x == 0) {
-      total_rows = atomicExch(sums + info.experts_per_rank, 0);
-      p.parts_done[dest] = 0;
-    }
-    __syncthreads();
-    notify_publish(p, dest, total_rows, expert_count);
-  }
-  __syncthreads();  // expert_count and the flags above are reused by this block's next ticket
+  // A part that met a wait that gave up publishes nothing: its rows would be wrong, and the
+  // receivers, who never get the words, store no num_recv (the host's wait, CudaOp::dispatch).
+  if (!waits_failed) notify_publish(p, dest, running, expert_count);
+  __syncthreads();  // expert_count is reused by this block's next ticket
 }
 
 // Ticket W: wait for every word addressed to this rank, then derive the layout.
@@ -288,6 +334,7 @@ __device__ void notify_receive(const NotifyParams& p, int* counts /* [W*W] */) {
   const int world = info.world_size;
   const int parity = static_cast<int>(p.step & 1);
   const char* self = p.peers.base[info.rank];
+  bool failed = false;  // a wait gave up: num_recv is not stored
   for (int i = threadIdx.x; i < world * world; i += blockDim.x) {
     const int src = i / world, dst = i % world;
     uint64_t word = 0;
@@ -296,6 +343,7 @@ __device__ void notify_receive(const NotifyParams& p, int* counts /* [W*W] */) {
     if (!wait_tagged<false>(flag, 32, p.step, p.timeout_ns, p.err, kPhaseNotify, info.rank, src,
                             &word)) {
       counts[i] = 0;
+      failed = true;
       continue;
     }
     counts[i] = static_cast<int>(static_cast<uint32_t>(word));
@@ -310,10 +358,13 @@ __device__ void notify_receive(const NotifyParams& p, int* counts /* [W*W] */) {
       if (wait_tagged<false>(flag, 32, p.step, p.timeout_ns, p.err, kPhaseNotify, info.rank, src,
                              &word)) {
         total += static_cast<int>(static_cast<uint32_t>(word));
+      } else {
+        failed = true;
       }
     }
     p.recv_expert_count[e] = total;
   }
+  const bool complete = __syncthreads_or(failed) == 0;
   for (int dst = threadIdx.x; dst < world; dst += blockDim.x) {
     int offset = 0;
     for (int src = 0; src < info.rank; ++src) offset += counts[src * world + dst];
@@ -332,8 +383,10 @@ __device__ void notify_receive(const NotifyParams& p, int* counts /* [W*W] */) {
     }
     int64_t num_recv = 0;
     for (int src = 0; src < world; ++src) num_recv += counts[src * world + info.rank];
-    *reinterpret_cast<volatile int64_t*>(p.host_num_recv) = num_recv;
-    __threadfence_system();
+    if (complete) {
+      *reinterpret_cast<volatile int64_t*>(p.host_num_recv) = num_recv;
+      __threadfence_system();
+    }
   }
 }
 
@@ -395,8 +448,8 @@ __global__ void __launch_bounds__(Policy::kNotifyThreads) notify_kernel(NotifyPa
 // (step_block), this rank rejecting the call when the scan failed, and then stores the step in
 // *c.step_done. The senders do not wait for it: what they store is harmless when the call fails
 // (positions into the op's spare half, which a failed call leaves spare; count words tagged with
-// the step, which no receiver reads then; part words, tagged too; sums that their last part
-// resets), so they scan while the step runs, and an invalid id only counts nowhere. The
+// the step, which no receiver reads then; part words and the lower parts' expert words, tagged
+// too), so they scan while the step runs, and an invalid id only counts nowhere. The
 // receiver, the one ticket whose stores a failed call must not make, waits for the word and
 // moves nothing if the error flag is set, as notify_kernel after the step kernel. So only the
 // step block and the receiver wait on peers, as with the three kernels: senders that waited for
