@@ -29,7 +29,7 @@ grep -E "wrong|rror" $OUT/normal.log | sort | uniq -c
 python3 tools/bench_compare.py $OUT/normal.log | tee $OUT/run.txt
 t bench
 [ "${TESTS:-1}" = 0 ] && exit 0
-MOE_EP_TIMEOUT_S=10 timeout $((560 - $(date +%s) + T0)) ctest --test-dir tmp-gpu/F/build/gpu -L gpu \
+MOE_EP_TIMEOUT_S=10 timeout $((${DEADLINE:-560} - $(date +%s) + T0)) ctest --test-dir tmp-gpu/F/build/gpu -L gpu \
   -R "GpuAgreement|GpuBackend|GpuNodes|GpuCopyEngine|SingleGpuWorld|GpuLateRank|GpuTimeout" \
   --output-on-failure --timeout 120 > $OUT/tests.log 2>&1
 echo "ctest rc $?"
