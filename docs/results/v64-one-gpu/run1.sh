@@ -1,5 +1,5 @@
 #!/bin/bash
-# v64 (prepared in v63), one GPU, about 4 minutes:
+# v64 (prepared in v63), one GPU, about 5 minutes:
 #   M  = main (NP and the fence's removal merged)
 #   S  = main + step-gpu-scope.patch: count_kernel's scan shares counted by an acquire-release add
 #        after the barrier (no fence on every thread, none after the count), and the step word,
@@ -8,16 +8,21 @@
 #        after the last share's scan at 128 tokens, 0.5 us after the senders published.
 #        Predicted: up to 0.5 us off at 128 tokens (the senders' publish then bounds the
 #        receiver), nothing at 4096 (the step is already 3 us ahead of the publish there).
+#   W  = main + wait-first.patch: the wait kernel (one node's SM path) polls the done counts
+#        before its wait for the data kernel's end, not after. v63's points (before NP): the
+#        wait kernel passed its wait 1.4 us after the data kernel's last block left and ended
+#        1.0 us later. Predicted: 0.5-1 us off every dispatch (the counts' round trip after the
+#        data kernel's end); a loss would point at the polls slowing the data kernel's stores.
 #   C  = main + count-trace.patch (v59's count points ported to today's notify_send), and
 #   CS = C + S (count-trace-step.patch, the two together): where the step's and the receiver's
 #        time goes now, with and without S.
-# 1. M against S: normal mode at 32 SMs, 128 / 1024 / 4096 tokens, bf16 and fp8 dispatch with a
-#    bf16 combine, alternating, ROUNDS rounds (default 3).
+# 1. M against S and W: normal mode at 32 SMs, 128 / 1024 / 4096 tokens, bf16 and fp8 dispatch
+#    with a bf16 combine, alternating, ROUNDS rounds (default 3).
 # 2. C and CS: fp8 dispatch with a bf16 combine at 128 and 4096 tokens, 2 rounds, read by
 #    v59's count_points.py (points: the script's docstring; p5 is now d's top part's publish).
 #   bash docs/results/v64-one-gpu/run1.sh   (logs: $OUT)
-# If S wins:
-#   bash docs/results/v64-one-gpu/test-patch.sh docs/results/v64-one-gpu/step-gpu-scope.patch
+# Then the tests of what won (one patch or several, applied in order):
+#   bash docs/results/v64-one-gpu/test-patch.sh step-gpu-scope.patch wait-first.patch
 set -u
 T0=$(date +%s)
 t() { echo "[$(($(date +%s) - T0)) s] $*"; }
@@ -27,11 +32,12 @@ CFG="-G Ninja -DCMAKE_BUILD_TYPE=Release -DMOE_EP_ENABLE_CUDA=ON -DCMAKE_CUDA_AR
 SRC="CMakeLists.txt CMakePresets.json cmake include src tools python pyproject.toml tests examples docs"
 V=docs/results/v64-one-gpu
 rm -rf tmp-gpu && mkdir -p tmp-gpu
-for v in S C CS; do mkdir -p tmp-gpu/$v && tar -c $SRC | tar -x -C tmp-gpu/$v; done
+for v in S W C CS; do mkdir -p tmp-gpu/$v && tar -c $SRC | tar -x -C tmp-gpu/$v; done
 (cd tmp-gpu/S && patch -p1 -s < ../../$V/step-gpu-scope.patch) || exit 1
+(cd tmp-gpu/W && patch -p1 -s < ../../$V/wait-first.patch) || exit 1
 (cd tmp-gpu/C && patch -p1 -s < ../../$V/count-trace.patch) || exit 1
 (cd tmp-gpu/CS && patch -p1 -s < ../../$V/count-trace-step.patch) || exit 1
-for v in M S C CS; do
+for v in M S W C CS; do
   b=tmp-gpu/$v; [ $v = M ] && b=.
   (cd $b && cmake -S . -B build/gpu $CFG > /dev/null 2>&1 &&
     cmake --build build/gpu -j4 --target moe-ep > $OUT/build-$v.log 2>&1 &&
@@ -40,7 +46,7 @@ done
 wait
 t built
 B="bench --backend cuda --ranks 1 --tokens 128,1024,4096 --num-sms 32 --iters 50 --warmup 10 --dispatch-dtype bf16,fp8 --combine-dtype bf16"
-for r in $(seq ${ROUNDS:-3}); do for v in M S; do
+for r in $(seq ${ROUNDS:-3}); do for v in M S W; do
   b=tmp-gpu/$v; [ $v = M ] && b=.
   echo "== $v round $r"; timeout 60 $b/build/gpu/tools/moe-ep $B
 done; done > $OUT/normal.log 2>&1
