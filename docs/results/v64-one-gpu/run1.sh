@@ -1,5 +1,5 @@
 #!/bin/bash
-# v64 (prepared in v63), one GPU, about 5 minutes:
+# v64 (prepared in v63), one GPU, about 6 minutes:
 #   M  = main (NP and the fence's removal merged)
 #   S  = main + step-gpu-scope.patch: count_kernel's scan shares counted by an acquire-release add
 #        after the barrier (no fence on every thread, none after the count), and the step word,
@@ -13,11 +13,13 @@
 #        wait kernel passed its wait 1.4 us after the data kernel's last block left and ended
 #        1.0 us later. Predicted: 0.5-1 us off every dispatch (the counts' round trip after the
 #        data kernel's end); a loss would point at the polls slowing the data kernel's stores.
+#   W2 = main + wait-only.patch: W without the wait for the data kernel's end at all (decode's
+#        expand does not wait for ll_send's end either). Predicted: 1-2 us off every dispatch.
 #   C  = main + count-trace.patch (v59's count points ported to today's notify_send), and
 #   CS = C + S (count-trace-step.patch, the two together): where the step's and the receiver's
 #        time goes now, with and without S.
-# 1. M against S and W: normal mode at 32 SMs, 128 / 1024 / 4096 tokens, bf16 and fp8 dispatch
-#    with a bf16 combine, alternating, ROUNDS rounds (default 3).
+# 1. M against S, W and W2: normal mode at 32 SMs, 128 / 1024 / 4096 tokens, bf16 and fp8
+#    dispatch with a bf16 combine, alternating, ROUNDS rounds (default 3).
 # 2. C and CS: fp8 dispatch with a bf16 combine at 128 and 4096 tokens, 2 rounds, read by
 #    v59's count_points.py (points: the script's docstring; p5 is now d's top part's publish).
 #   bash docs/results/v64-one-gpu/run1.sh   (logs: $OUT)
@@ -32,12 +34,13 @@ CFG="-G Ninja -DCMAKE_BUILD_TYPE=Release -DMOE_EP_ENABLE_CUDA=ON -DCMAKE_CUDA_AR
 SRC="CMakeLists.txt CMakePresets.json cmake include src tools python pyproject.toml tests examples docs"
 V=docs/results/v64-one-gpu
 rm -rf tmp-gpu && mkdir -p tmp-gpu
-for v in S W C CS; do mkdir -p tmp-gpu/$v && tar -c $SRC | tar -x -C tmp-gpu/$v; done
+for v in S W W2 C CS; do mkdir -p tmp-gpu/$v && tar -c $SRC | tar -x -C tmp-gpu/$v; done
 (cd tmp-gpu/S && patch -p1 -s < ../../$V/step-gpu-scope.patch) || exit 1
 (cd tmp-gpu/W && patch -p1 -s < ../../$V/wait-first.patch) || exit 1
+(cd tmp-gpu/W2 && patch -p1 -s < ../../$V/wait-only.patch) || exit 1
 (cd tmp-gpu/C && patch -p1 -s < ../../$V/count-trace.patch) || exit 1
 (cd tmp-gpu/CS && patch -p1 -s < ../../$V/count-trace-step.patch) || exit 1
-for v in M S W C CS; do
+for v in M S W W2 C CS; do
   b=tmp-gpu/$v; [ $v = M ] && b=.
   (cd $b && cmake -S . -B build/gpu $CFG > /dev/null 2>&1 &&
     cmake --build build/gpu -j4 --target moe-ep > $OUT/build-$v.log 2>&1 &&
@@ -46,7 +49,7 @@ done
 wait
 t built
 B="bench --backend cuda --ranks 1 --tokens 128,1024,4096 --num-sms 32 --iters 50 --warmup 10 --dispatch-dtype bf16,fp8 --combine-dtype bf16"
-for r in $(seq ${ROUNDS:-3}); do for v in M S W; do
+for r in $(seq ${ROUNDS:-3}); do for v in M S W W2; do
   b=tmp-gpu/$v; [ $v = M ] && b=.
   echo "== $v round $r"; timeout 60 $b/build/gpu/tools/moe-ep $B
 done; done > $OUT/normal.log 2>&1
