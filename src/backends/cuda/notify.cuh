@@ -168,36 +168,6 @@ __device__ void notify_publish(const NotifyParams& p, int dest, int rows, const 
   }
 }
 
-// Waits for n words tagged with `step` in their high 32 bits, word i at addr(i), thread x taking
-// i = x, x + blockDim.x, ...: the loads of kBatch words are all in flight before any is waited
-// for, so the words cost one round trip once they are in. use(i, ok, word) for every i, ok false
-// where the wait gave up (reported as peer peer_of(i); the call then fails on every rank).
-template <typename Addr, typename PeerOf, typename Use>
-__device__ void gather_tagged_words(int n, Addr addr, PeerOf peer_of, Use use,
-                                    const NotifyParams& p) {
-  constexpr int kBatch = 4;
-  const int stride = static_cast<int>(blockDim.x);
-  for (int i0 = static_cast<int>(threadIdx.x); i0 < n; i0 += kBatch * stride) {
-    const uint64_t* at[kBatch];
-    uint64_t w[kBatch];
-#pragma unroll
-    for (int b = 0; b < kBatch; ++b) {
-      const int i = i0 + b * stride;
-      at[b] = i < n ? addr(i) : nullptr;
-      w[b] = i < n ? ld_relaxed_sys(at[b]) : 0;
-    }
-#pragma unroll
-    for (int b = 0; b < kBatch; ++b) {
-      const int i = i0 + b * stride;
-      if (i >= n) break;
-      const bool ok = (w[b] >> 32) == p.step ||
-                      wait_tagged<false>(at[b], 32, p.step, p.timeout_ns, p.err, kPhaseNotify,
-                                         p.info.rank, peer_of(i), &w[b]);
-      use(i, ok, w[b]);
-    }
-  }
-}
-
 // Part `part` of destination d's scan: the rows sent to d before this part's tokens, the sum of
 // the lower parts' own row counts. Thread 0 stores this part's count as its word, and lane j <
 // part of the first warp waits for part j's word: the words are waited for together, one round
@@ -231,21 +201,37 @@ __device__ int notify_part_prefix(const NotifyParams& p, int dest, int part, int
 }
 
 // The top part's sum of the lower parts' per-expert counts (their expert words, tagged with the
-// step: notify_send) into expert_count (shared), gathered together: one round trip once the
-// words are in. False, for the whole block, when a wait gave up (reported: the call fails on
-// every rank). Ends with a barrier.
+// step: notify_send) into expert_count (shared), word j * local + e holding lower part j's count
+// of expert e. Thread x takes words x, x + blockDim.x, ...; the loads of kBatch words are all in
+// flight before any is waited for, so the words cost one round trip once they are in. False,
+// for the whole block, when a wait gave up (reported: the call fails on every rank). Ends with a
+// barrier.
 __device__ bool notify_add_lower_parts(const NotifyParams& p, const uint64_t* words, int lower,
                                        int* expert_count) {
+  constexpr int kBatch = 4;
   const int local = p.info.experts_per_rank;
+  const int n = lower * local;
+  const int stride = static_cast<int>(blockDim.x);
   bool failed = false;
-  gather_tagged_words(  // word j * local + e: lower part j's count of expert e
-      lower * local, [&](int i) { return words + i; }, [&](int) { return p.info.rank; },
-      [&](int i, bool ok, uint64_t word) {
-        failed = failed || !ok;
-        const int count = ok ? static_cast<int>(static_cast<uint32_t>(word)) : 0;
-        if (count != 0) atomicAdd(&expert_count[i % local], count);
-      },
-      p);
+  for (int i0 = static_cast<int>(threadIdx.x); i0 < n; i0 += kBatch * stride) {
+    uint64_t w[kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int i = i0 + b * stride;
+      w[b] = i < n ? ld_relaxed_sys(words + i) : 0;
+    }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int i = i0 + b * stride;
+      if (i >= n) break;
+      const bool ok = (w[b] >> 32) == p.step ||
+                      wait_tagged<false>(words + i, 32, p.step, p.timeout_ns, p.err, kPhaseNotify,
+                                         p.info.rank, p.info.rank, &w[b]);
+      failed = failed || !ok;
+      const int count = ok ? static_cast<int>(static_cast<uint32_t>(w[b])) : 0;
+      if (count != 0) atomicAdd(&expert_count[i % local], count);
+    }
+  }
   return __syncthreads_or(failed) == 0;
 }
 
