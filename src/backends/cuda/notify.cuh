@@ -461,19 +461,21 @@ __global__ void __launch_bounds__(Policy::kNotifyThreads) count_kernel(CountPara
     if (t > last) break;
     if (t < scans) {
       validate_scan<kValidate>(c.scan, static_cast<int>(t), c.scan_tickets);
-      __threadfence();  // this thread's reports (the error flag) before the block counts its share
+      // The barrier puts every thread's reports (the error flag) before thread 0's count of the
+      // share, an acquire-release add (cumulative), so the last share's block sees every share's
+      // reports (step_block reads the flag) without a fence on every thread.
       __syncthreads();
-      if (threadIdx.x == 0) last_share = atomicAdd(c.scans_done, 1u) == scans - 1u;
+      if (threadIdx.x == 0) {
+        last_share = atomic_add_acq_rel_gpu(c.scans_done, 1u) == scans - 1u;
+      }
       __syncthreads();
       if (last_share) {
-        __threadfence();  // every share's reports are in (step_block reads the flag)
         if (threadIdx.x == 0) *c.scans_done = 0;  // for the op's next dispatch
         step_block(c.step, /*let_next=*/false);
         __syncthreads();  // the outcome and the error flag are stored
-        if (threadIdx.x == 0) {
-          __threadfence();
-          st_release_sys(c.step_done, c.step.step);
-        }
+        // Only this GPU's receiver (below) reads the word: a release at GPU scope, which the
+        // barrier makes cumulative over the block's stores.
+        if (threadIdx.x == 0) st_release_gpu(c.step_done, c.step.step);
       }
     } else if (t < last) {
       notify_send(p, static_cast<int>(t - scans) / parts, static_cast<int>(t - scans) % parts,
