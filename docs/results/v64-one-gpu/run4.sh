@@ -6,7 +6,8 @@
 #    in, instead of count_kernel's end; it waits for that end last). v64 run 1's points (C, CS)
 #    put the data kernel's wait 1.5-2.0 us after count_kernel's end at 128 tokens: predicted
 #    1-1.5 us off every dispatch. 32 SMs, bf16 / fp8 dispatch, bf16 combine, ROUNDS (3).
-# 3. R's normal-mode GPU tests (as test-patch.sh), each failure rerun alone 5 times.
+# 3. R's normal-mode GPU tests (as test-patch.sh; TESTS, a ctest -R regex, narrows them), each
+#    failure rerun alone 5 times.
 set -u
 T0=$(date +%s)
 t() { echo "[$(($(date +%s) - T0)) s] $*"; }
@@ -36,7 +37,7 @@ python3 tools/bench_compare.py $OUT/normal.log | tee $OUT/run.txt
 t bench
 MOE_EP_TIMEOUT_S=10 timeout $((${DEADLINE:-570} - 45 - $(date +%s) + T0)) ctest \
   --test-dir tmp-gpu/R/build/gpu -L gpu \
-  -R "GpuAgreement|GpuBackend|GpuNodes|GpuCopyEngine|SingleGpuWorld|GpuLateRank|GpuTimeout" \
+  -R "${TESTS:-GpuAgreement|GpuBackend|GpuNodes|GpuCopyEngine|SingleGpuWorld|GpuLateRank|GpuTimeout}" \
   --output-on-failure --timeout 120 > $OUT/tests.log 2>&1
 echo "ctest rc $?"
 grep -E "tests passed|tests failed|\(Failed\)|\(Timeout\)|Total Test" $OUT/tests.log
