@@ -66,6 +66,10 @@ int main() {
     CK(launch(true, s, w_kernel, (volatile int*)flag, t, seen));
     CK(launch(false, s, x_kernel, (volatile int*)flag, t, seen, 1, false));
     CK(cudaStreamSynchronize(s));
+    std::printf("round %d: W saw %d; host after W's event saw %d; plain X after host sync saw %d;"
+                " PDL X (waits) saw %d at %+lld ns; plain X saw %d at %+lld ns of D's store\n",
+                round, seen[0], host_seen, x1, seen[2], x2_after, seen[1],
+                (long long)(t[2] - t[0]));
     // Fourth form: D, W, W (two PDL kernels that never wait), then a PDL X that waits.
     *flag = 0; seen[3] = -1;
     CK(launch(false, s, d_kernel, (volatile int*)flag, t));
@@ -75,10 +79,6 @@ int main() {
     CK(cudaStreamSynchronize(s));
     std::printf("round %d: chain of two: PDL X (waits) saw %d at %+lld ns\n", round, seen[3],
                 (long long)(t[4] - t[0]));
-    std::printf("round %d: W saw %d; host after W's event saw %d; plain X after host sync saw %d;"
-                " PDL X (waits) saw %d at %+lld ns; plain X saw %d at %+lld ns of D's store\n",
-                round, seen[0], host_seen, x1, seen[2], x2_after, seen[1],
-                (long long)(t[2] - t[0]));
   }
   return 0;
 }
