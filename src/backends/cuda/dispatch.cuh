@@ -373,7 +373,7 @@ inline bool dispatch_whole_slices(const DispatchParams& p, bool prequantized) {
 // This rank's own count is every one of its data blocks' last act but the exit, so at this
 // kernel's end they have read all of x, pos and send_offset (what the caller or the next call
 // may overwrite). Work queued after this kernel still waits for the data kernel's end (v64's
-// probe). v64 in docs/perf-notes.md: 0.4-1.6 us off every dispatch.
+// probe). v64 in docs/perf-notes.md: 0.1-1.6 us off each dispatch (the most at 4096 tokens).
 __global__ void dispatch_wait_kernel(DispatchParams p) {
   const int src = threadIdx.x;
   if (!p.copy_engine && !p.nodes.several()) {
