@@ -6,15 +6,17 @@ dispatch_wait_kernel after that), the median and the mean of each time from coun
 over the dispatches of each `== NAME` section of the log.
 Points: count 0 waited for the kernel before, 1 a scan share done, 2 the step stored, 3 a sender's
 chunk scanned, 4 its rows before known, 5 its words published, 6 the receiver saw the step,
-7 the receiver done; dispatch 0 waited for count_kernel, 1 a block's rows issued; wait 0 waited
-for dispatch_kernel. Each point is the latest block's (thread 0's) time.
+7 the receiver done (v65's count-trace.patch adds 8 a sender's positions stored and 9 its count
+words stored, between 4 and 5); dispatch 0 waited for count_kernel, 1 a block's rows issued; wait 0
+waited for dispatch_kernel (since v64's W2: every done count in). Each point is the latest block's
+(thread 0's) time; a point a log lacks is left out.
 
     python3 count_points.py trace.log
 """
 import statistics
 import sys
 
-POINTS = {0: 8, 1: 2, 2: 1}
+POINTS = {0: 10, 1: 2, 2: 1}
 NAMES = {0: "count", 1: "dispatch", 2: "wait"}
 COLS = [(k, w) for k in range(3) for w in ["start"] + [f"p{i}" for i in range(POINTS[k])] + ["end"]]
 
