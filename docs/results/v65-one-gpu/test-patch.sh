@@ -1,8 +1,9 @@
 #!/bin/bash
 # v65 (prepared in v64), one GPU, about 6 minutes: main + the PATCHes' normal-mode GPU tests
 # (the PDL order, agreement, backend with the parts test, nodes, copy engine, the one-GPU world
-# at W = 2/4/8, late ranks, timeouts). A test that fails is run alone 5 more times (the one-GPU world's known
-# stall: a rank's first kernel starting 10 s late, 2-4% of such processes in perf-history).
+# at W = 2/4/8, late ranks, timeouts). A test that fails is run alone 5 more times (the one-GPU
+# world's known stall: a rank's first kernel starting 10 s late, 2-4% of such processes in
+# perf-history).
 #   [DEADLINE=560] bash docs/results/v65-one-gpu/test-patch.sh PATCH...   (logs: $OUT)
 # Each PATCH is a path from the repository root or a file name in docs/results/v65-one-gpu.
 set -u
