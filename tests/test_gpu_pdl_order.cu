@@ -16,17 +16,13 @@
 #include <cstdio>
 
 #include "backends/cuda/common.cuh"
+#include "moe_ep/cuda.h"
 
 namespace moe_ep::cuda_backend {
 namespace {
 
 constexpr uint64_t kSpinNs = 20'000'000;  // D's 20 ms: far longer than any launch gap
 constexpr int kRounds = 3;
-
-bool have_gpu() {
-  int devices = 0;
-  return cudaGetDeviceCount(&devices) == cudaSuccess && devices > 0;
-}
 
 // What each kernel saw: [0] W's flag, [1..] the later kernels'.
 struct Seen {
@@ -58,7 +54,7 @@ __global__ void read_after_waiting(Seen* s, int slot) {
 class PdlOrder : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!have_gpu()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
+    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
     ASSERT_EQ(cudaHostAlloc(&seen_, sizeof(Seen), cudaHostAllocMapped), cudaSuccess);
     ASSERT_EQ(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), cudaSuccess);
     ASSERT_EQ(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), cudaSuccess);
@@ -72,11 +68,19 @@ class PdlOrder : public ::testing::Test {
     seen_->flag = 0;
     for (int32_t& s : seen_->saw) s = -1;
   }
-  cudaError_t launch_d() {
-    return launch_following(spin_then_flag, dim3(1), dim3(1), 0, stream_, seen_);
+  // A fresh record, then D and W (W's flag in saw[0]) on the stream.
+  void start_d_then_w() {
+    reset();
+    ASSERT_EQ(launch_following(spin_then_flag, dim3(1), dim3(1), 0, stream_, seen_), cudaSuccess);
+    launch_w(0);
   }
-  cudaError_t launch_w(int slot) {
-    return launch_following(read_without_waiting, dim3(1), dim3(1), 0, stream_, seen_, slot);
+  void launch_w(int slot) {
+    ASSERT_EQ(launch_following(read_without_waiting, dim3(1), dim3(1), 0, stream_, seen_, slot),
+              cudaSuccess);
+  }
+  void launch_waiting(int slot) {
+    ASSERT_EQ(launch_following(read_after_waiting, dim3(1), dim3(1), 0, stream_, seen_, slot),
+              cudaSuccess);
   }
   int32_t host_flag() const { return *reinterpret_cast<volatile int32_t*>(&seen_->flag); }
 
@@ -89,34 +93,24 @@ TEST_F(PdlOrder, WorkAfterAKernelThatNeverWaitsWaitsForTheKernelBeforeIt) {
   int overlapped = 0;
   for (int round = 0; round < kRounds; ++round) {
     // The host, after an event recorded after W; then a plain launch after W, a waiting one.
-    reset();
-    ASSERT_EQ(launch_d(), cudaSuccess);
-    ASSERT_EQ(launch_w(0), cudaSuccess);
+    ASSERT_NO_FATAL_FAILURE(start_d_then_w());
     ASSERT_EQ(cudaEventRecord(event_, stream_), cudaSuccess);
     ASSERT_EQ(cudaEventSynchronize(event_), cudaSuccess);
     const int32_t host_saw = host_flag();
     const int32_t w_saw = seen_->saw[0];
-    reset();
-    ASSERT_EQ(launch_d(), cudaSuccess);
-    ASSERT_EQ(launch_w(0), cudaSuccess);
+    ASSERT_NO_FATAL_FAILURE(start_d_then_w());
     read_after_waiting<<<1, 1, 0, stream_>>>(seen_, 1);  // a plain launch (its wait is a no-op)
     ASSERT_EQ(cudaGetLastError(), cudaSuccess);
     ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
     const int32_t plain_saw = seen_->saw[1];
-    reset();
-    ASSERT_EQ(launch_d(), cudaSuccess);
-    ASSERT_EQ(launch_w(0), cudaSuccess);
-    ASSERT_EQ(launch_following(read_after_waiting, dim3(1), dim3(1), 0, stream_, seen_, 2),
-              cudaSuccess);
+    ASSERT_NO_FATAL_FAILURE(start_d_then_w());
+    ASSERT_NO_FATAL_FAILURE(launch_waiting(2));
     ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
     const int32_t waiting_saw = seen_->saw[2];
     // Two kernels that never wait in a row, then one that waits.
-    reset();
-    ASSERT_EQ(launch_d(), cudaSuccess);
-    ASSERT_EQ(launch_w(0), cudaSuccess);
-    ASSERT_EQ(launch_w(3), cudaSuccess);
-    ASSERT_EQ(launch_following(read_after_waiting, dim3(1), dim3(1), 0, stream_, seen_, 4),
-              cudaSuccess);
+    ASSERT_NO_FATAL_FAILURE(start_d_then_w());
+    ASSERT_NO_FATAL_FAILURE(launch_w(3));
+    ASSERT_NO_FATAL_FAILURE(launch_waiting(4));
     ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
     const int32_t chain_saw = seen_->saw[4];
     std::printf(
