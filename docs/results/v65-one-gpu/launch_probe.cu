@@ -32,13 +32,13 @@ static double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-#define CHECK(x)                                                                      \
-  do {                                                                                \
-    cudaError_t e = (x);                                                              \
-    if (e != cudaSuccess) {                                                           \
+#define CHECK(x)                                                                    \
+  do {                                                                              \
+    cudaError_t e = (x);                                                            \
+    if (e != cudaSuccess) {                                                         \
       std::printf("%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e)); \
-      return;                                                                         \
-    }                                                                                 \
+      return;                                                                       \
+    }                                                                               \
   } while (0)
 
 enum class How { kChevron, kEx, kExPdl, kDriver };
@@ -87,7 +87,8 @@ void one_case(cudaStream_t stream, How how, int blocks, int threads, bool second
     if (i >= 50) t.push_back(t1 - t0);
   }
   CHECK(cudaStreamSynchronize(stream));
-  const char* names[] = {"<<<>>>", "cudaLaunchKernelEx", "cudaLaunchKernelEx+PDL", "cuLaunchKernel"};
+  const char* names[] = {"<<<>>>", "cudaLaunchKernelEx", "cudaLaunchKernelEx+PDL",
+                         "cuLaunchKernel"};
   std::printf("params %5d B  %-24s blocks %4d threads %4d %s: %.2f us\n", N,
               names[static_cast<int>(how)], blocks, threads, second ? "second" : "first ",
               median(t));
@@ -95,7 +96,8 @@ void one_case(cudaStream_t stream, How how, int blocks, int threads, bool second
 
 template <int N>
 void sizes(cudaStream_t s) {
-  for (How h : {How::kChevron, How::kEx, How::kExPdl, How::kDriver}) one_case<N>(s, h, 1, 64, false);
+  for (How h : {How::kChevron, How::kEx, How::kExPdl, How::kDriver})
+    one_case<N>(s, h, 1, 64, false);
   one_case<N>(s, How::kExPdl, 128, 1024, false);
   one_case<N>(s, How::kExPdl, 1, 64, true);
 }
