@@ -104,6 +104,11 @@ moe_ep_cli_ok(bench_decode_graph_round "mode decode" "--decode-graph round" "rou
               "# wrong: 0 OK" --
               ${MOE_EP_CLI} bench --backend cpu --mode decode --decode-graph round --ranks 2
               --experts 4 --topk 2 --tokens 3 --dispatch-dtype fp8 --combine-dtype bf16 ${small})
+# --round-us: normal mode's rounds of host calls back to back, a round_us column and its header.
+moe_ep_cli_ok(bench_round_us "# round_us (--round-us): 16 rounds of host calls" "round_us"
+              "# wrong: 0 OK" --
+              ${MOE_EP_CLI} bench --backend cpu --round-us --ranks 2 --experts 4 --topk 2
+              --tokens 4 --dispatch-dtype fp8 --combine-dtype bf16 ${small})
 moe_ep_cli_ok(bench_mode_normal "mode normal" "# wrong: 0 OK" --
               ${MOE_EP_CLI} bench --backend cpu --mode normal --ranks 2 --experts 4 --topk 2
               --tokens 4 --dispatch-dtype bf16 --combine-dtype bf16 ${small})
@@ -286,6 +291,8 @@ moe_ep_cli_error(decode_graph_unknown 2 "--decode-graph=step" "leg|round" --
                  ${MOE_EP_CLI} bench --mode decode --decode-graph step)
 moe_ep_cli_error(decode_graph_normal_mode 2 "--decode-graph=round" "--mode decode" --
                  ${MOE_EP_CLI} bench --backend cpu --decode-graph round)
+moe_ep_cli_error(round_us_decode_mode 2 "--round-us=on" "--decode-graph round" --
+                 ${MOE_EP_CLI} bench --backend cpu --mode decode --round-us)
 # The NCCL baseline times normal mode's legs: with --mode decode it is a bad argument, whatever
 # the backend.
 moe_ep_cli_error(decode_baseline_nccl 2 "--baseline=nccl" "--mode decode" "none" --

@@ -262,6 +262,10 @@ CommandFn add_bench_command(CLI::App& app) {
                   "in one graph, each leg timed inside it by event nodes, and a round_us column: " +
                       std::to_string(kRoundsPerGraph) +
                       " rounds in one graph with no timer between them, per round (default leg)");
+  cmd->add_flag("--round-us", o.round_us,
+                "normal mode: also time " + std::to_string(kRoundsPerGraph) +
+                    " rounds (dispatch, then combine, host calls) back to back between two "
+                    "events, no timer between them: a round_us column, per round (default off)");
   add_double(cmd, "--x-std", o.x_std,
              "standard deviation of the gaussian x (default 0.02, activation-sized; "
              "docs/bench.md says why)");

@@ -385,6 +385,14 @@ BenchPlan plan_bench(const BenchOptions& o) {
   } else if (o.decode_graph != "leg") {
     bad_argument("--decode-graph", o.decode_graph, "allowed: leg|round");
   }
+  // --round-us: normal mode's rounds (decode mode times its rounds in one graph instead).
+  if (o.round_us) {
+    if (plan.mode != BenchMode::kNormal) {
+      bad_argument("--round-us", "on",
+                   "normal mode's rounds of host calls (decode mode: --decode-graph round)");
+    }
+    plan.round_us = true;
+  }
   for (int tokens : plan.token_sizes) check_at_least("--tokens", tokens, 0, "tokens");
   check_at_least("--iters", plan.iters, 1, "iters");
   check_at_least("--warmup", plan.warmup, 0, "warmup");

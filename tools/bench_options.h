@@ -38,6 +38,7 @@ struct BenchOptions {
   bool copy_engine = false;         // --copy-engine: OpConfig::copy_engine (cuda, normal, one node)
   bool column_major_scales = false;  // --column-major-scales (decode mode)
   std::string decode_graph = "leg";  // --decode-graph leg|round (decode mode's timing)
+  bool round_us = false;             // --round-us (normal mode's rounds back to back)
   // Not a flag: under mpirun, the number of processes (one rank each, bench_world.h); 0 when the
   // ranks are threads of this process.
   int process_ranks = 0;
@@ -86,6 +87,9 @@ struct BenchPlan {
   bool copy_engine = false;          // --copy-engine: every op takes the copy-engine path
   bool column_major_scales = false;  // --column-major-scales: OpConfig::column_major_scales
   DecodeGraph decode_graph = DecodeGraph::kLeg;  // --decode-graph; kRound only in decode mode
+  // --round-us (normal mode): kRoundsPerGraph rounds of host calls back to back between two
+  // events, no timer between them, for a round's time without the legs' timing events.
+  bool round_us = false;
   std::string json_path;
   std::vector<DtypePair> pairs;    // in the order they run and print (budgets outer, pairs inner)
   bool sms_column = false;         // --num-sms given: the table shows the budget
@@ -94,6 +98,11 @@ struct BenchPlan {
 };
 
 BenchPlan plan_bench(const BenchOptions& options);
+
+// Whether the run has the round_us column: --decode-graph round or --round-us.
+inline bool times_rounds(const BenchPlan& plan) {
+  return plan.decode_graph == DecodeGraph::kRound || plan.round_us;
+}
 
 // True when the ranks form several nodes (0 < ranks_per_node < ranks): the table gains net_MB
 // and the JSON records ranks_per_node and the net bytes.

@@ -81,7 +81,7 @@ struct PairShared {
   std::vector<ErrorSums> err;                             // [W]
   std::vector<std::vector<double>> times[kNumLegs];       // [leg][W][iters] microseconds
   std::vector<std::vector<double>> nccl_times[kNumLegs];  // [leg][W][iters] the NCCL baseline
-  std::vector<std::vector<double>> round_times;           // [W][iters] --decode-graph round
+  std::vector<std::vector<double>> round_times;           // [W][iters] times_rounds(plan)
   std::vector<std::exception_ptr> errors;                 // [W] first failure of each rank
 };
 

@@ -101,6 +101,12 @@ void print_header(std::ostream& os, const BenchPlan& plan, const std::string& ba
           kRoundsPerGraph);
     }
   }
+  if (plan.round_us) {
+    os << fmt::format(
+        "# round_us (--round-us): {} rounds of host calls (dispatch, then combine) back to back "
+        "between two events with no timer between them, per round\n",
+        kRoundsPerGraph);
+  }
   if (plan.copy_engine) {
     os << "# copy engine (--copy-engine): rows packed locally, moved by cudaMemcpyAsync per peer, "
           "then a done word per source (OpConfig::copy_engine)\n";
@@ -132,9 +138,7 @@ void print_header(std::ostream& os, const BenchPlan& plan, const std::string& ba
   if (plan.nccl_baseline) {
     os << fmt::format(" {:>10} {:>10} {:>7} {:>7}", "nccl_d_us", "nccl_c_us", "d_x", "comb_x");
   }
-  if (plan.decode_graph == DecodeGraph::kRound) {
-    os << fmt::format(" {:>9}", "round_us");
-  }
+  if (times_rounds(plan)) os << fmt::format(" {:>9}", "round_us");
   os << "\n" << std::flush;
 }
 

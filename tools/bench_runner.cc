@@ -126,17 +126,21 @@ void run_rank(const PairContext& ctx, int rank, PairShared& shared) {
     compare_out(rank, out_host, ref_out, shared.check[rank]);
   }
 
-  // 3. Warm-up and timed iterations.
+  // 3. Warm-up and timed iterations. Every dispatch of the same inputs receives the checked
+  //    run's rows.
+  const auto same_rows = [&](const std::string& when) {
+    if (result.num_recv != num_recv) {
+      throw Internal("bench: dispatch received " + std::to_string(result.num_recv) + " rows in " +
+                     when + " but " + std::to_string(num_recv) +
+                     " in the checked run (same inputs)");
+    }
+  };
   for (int it = 0; it < ctx.plan.warmup + ctx.plan.iters; ++it) {
     sync(ctx, shared);  // every rank starts the iteration together
     backend.timer_start(rank, Leg::kDispatch);
     result = op->dispatch(args);
     backend.timer_stop(rank, Leg::kDispatch);
-    if (result.num_recv != num_recv) {
-      throw Internal("bench: dispatch received " + std::to_string(result.num_recv) +
-                     " rows in iteration " + std::to_string(it) + " but " +
-                     std::to_string(num_recv) + " in the checked run (same inputs)");
-    }
+    same_rows("iteration " + std::to_string(it));
     backend.timer_start(rank, Leg::kCombine);
     op->combine(result.handle, y.view, out.view, stream);
     backend.timer_stop(rank, Leg::kCombine);
@@ -148,7 +152,29 @@ void run_rank(const PairContext& ctx, int rank, PairShared& shared) {
     }
   }
 
-  // 4. The NCCL baseline.
+  // 4. --round-us: kRoundsPerGraph rounds back to back between two events, no timer between them
+  //    (each leg's timing events cost the stream about 2 us and the next kernel its early
+  //    launch: docs/bench.md), a round's time per iteration.
+  if (ctx.plan.round_us) {
+    for (int it = 0; it < ctx.plan.warmup + ctx.plan.iters; ++it) {
+      sync(ctx, shared);
+      backend.timer_start(rank, Leg::kDispatch);
+      for (int k = 0; k < kRoundsPerGraph; ++k) {
+        result = op->dispatch(args);
+        same_rows("round " + std::to_string(k) + " of --round-us iteration " + std::to_string(it));
+        op->combine(result.handle, y.view, out.view, stream);
+      }
+      backend.timer_stop(rank, Leg::kDispatch);
+      op->synchronize(stream);
+      backend.synchronize(rank);
+      if (it >= ctx.plan.warmup) {
+        shared.round_times[rank].push_back(backend.elapsed_us(rank, Leg::kDispatch) /
+                                           kRoundsPerGraph);
+      }
+    }
+  }
+
+  // 5. The NCCL baseline.
   if (ctx.plan.nccl_baseline) run_nccl_baseline(ctx, rank, shared);
 }
 
@@ -242,9 +268,7 @@ void gather_ranks(BenchWorld& world, const BenchPlan& plan, PairShared& shared) 
   const int ranks = plan.shape.ranks;
   std::vector<std::vector<std::vector<double>>*> series;  // [W][iters] each
   for (auto& leg : shared.times) series.push_back(&leg);
-  if (plan.decode_graph == DecodeGraph::kRound) {
-    series.push_back(&shared.round_times);
-  }
+  if (times_rounds(plan)) series.push_back(&shared.round_times);
   for (std::vector<std::vector<double>>* s : series) {
     std::vector<std::vector<double>>& leg = *s;
     const std::vector<double> all = world.allgather(leg[me]);
@@ -330,9 +354,7 @@ std::vector<PairResult> run_bench(BenchWorld& world, const BenchPlan& plan, Benc
     result.max_tokens = plan.max_tokens;
     result.dispatch_us = median_of_slowest(shared.times[0]);
     result.combine_us = median_of_slowest(shared.times[1]);
-    if (plan.decode_graph == DecodeGraph::kRound) {
-      result.round_us = median_of_slowest(shared.round_times);
-    }
+    if (times_rounds(plan)) result.round_us = median_of_slowest(shared.round_times);
     if (plan.nccl_baseline) {
       result.nccl_dispatch_us = median_of_slowest(shared.nccl_times[0]);
       result.nccl_combine_us = median_of_slowest(shared.nccl_times[1]);

@@ -28,7 +28,8 @@ struct PairResult {
   std::optional<double> nccl_dispatch_us;  // --baseline nccl: same statistic; nullopt without
   std::optional<double> nccl_combine_us;
   // --decode-graph round: a round's time (dispatch, then combine) from kRoundsPerGraph rounds in
-  // one graph with no timer between them, per round, same statistic; nullopt otherwise.
+  // one graph with no timer between them, per round, same statistic; --round-us: the same from
+  // host calls back to back (normal mode); nullopt otherwise.
   std::optional<double> round_us;
   double rel_err = 0.0;            // ||out - fp64(sum_k w_k x)|| / ||fp64 ref|| over all ranks
   std::optional<int64_t> wrong;    // elements differing from the reference; nullopt: unchecked

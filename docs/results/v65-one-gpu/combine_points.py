@@ -21,7 +21,9 @@ def rows_of(kernels, points):
     steps = [e for e in kernels if e[0] == 1]
     out = []
     for k, slot, start, end in (e for e in kernels if e[0] == 0):
-        before = [w for w in waits if w < start]
+        # The dispatch's wait kernel just before it: a combine whose wait kernel fell outside
+        # that kernel's ring (more than 50 us before) is left out.
+        before = [w for w in waits if start - 50000 < w < start]
         if not before:
             continue
         t0 = before[-1]
