@@ -127,20 +127,22 @@ void run_rank(const PairContext& ctx, int rank, PairShared& shared) {
   }
 
   // 3. Warm-up and timed iterations. Every dispatch of the same inputs receives the checked
-  //    run's rows.
-  const auto same_rows = [&](const std::string& when) {
-    if (result.num_recv != num_recv) {
-      throw Internal("bench: dispatch received " + std::to_string(result.num_recv) + " rows in " +
-                     when + " but " + std::to_string(num_recv) +
-                     " in the checked run (same inputs)");
-    }
+  //    run's rows (the message is made only when it does not: the check sits in timed loops).
+  //    round: the round of a --round-us iteration, or -1.
+  const auto same_rows = [&](int it, int round) {
+    if (result.num_recv == num_recv) return;
+    const std::string when = round < 0 ? "iteration " + std::to_string(it)
+                                       : "round " + std::to_string(round) +
+                                             " of --round-us iteration " + std::to_string(it);
+    throw Internal("bench: dispatch received " + std::to_string(result.num_recv) + " rows in " +
+                   when + " but " + std::to_string(num_recv) + " in the checked run (same inputs)");
   };
   for (int it = 0; it < ctx.plan.warmup + ctx.plan.iters; ++it) {
     sync(ctx, shared);  // every rank starts the iteration together
     backend.timer_start(rank, Leg::kDispatch);
     result = op->dispatch(args);
     backend.timer_stop(rank, Leg::kDispatch);
-    same_rows("iteration " + std::to_string(it));
+    same_rows(it, -1);
     backend.timer_start(rank, Leg::kCombine);
     op->combine(result.handle, y.view, out.view, stream);
     backend.timer_stop(rank, Leg::kCombine);
@@ -161,7 +163,7 @@ void run_rank(const PairContext& ctx, int rank, PairShared& shared) {
       backend.timer_start(rank, Leg::kDispatch);
       for (int k = 0; k < kRoundsPerGraph; ++k) {
         result = op->dispatch(args);
-        same_rows("round " + std::to_string(k) + " of --round-us iteration " + std::to_string(it));
+        same_rows(it, k);
         op->combine(result.handle, y.view, out.view, stream);
       }
       backend.timer_stop(rank, Leg::kDispatch);
