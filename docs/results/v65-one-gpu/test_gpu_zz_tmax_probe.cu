@@ -1,4 +1,4 @@
-// v65 probe (not part of the library or its tests; run4's scripts copy it into tests/): decode
+// v65 probe (not part of the library or its tests; run5.sh copies it into tests/): decode
 // combine times in the one-GPU world at W = 2 (two ranks on one GPU: NOT a two-GPU figure), T =
 // 32 tokens a rank, Tmax 32 and 256, DeepSeek-V3's hidden 7168, 256 experts, top-8, fp8 dispatch
 // and bf16 combine, the world's budget (16 SMs a rank). Per rank: 10 warm-up and 40 timed rounds
