@@ -54,8 +54,10 @@ def main(path):
         # e2m1's one mantissa bit; `moe-ep bench --backend cpu` at this shape); a lost scale or
         # row gives about 1.
         assert 0 <= r["rel_err"] < 0.5, r
-        # The NCCL baseline's fields appear only with --baseline nccl (GPU only).
+        # The NCCL baseline's fields appear only with --baseline nccl (GPU only), round_us only
+        # with --round-us (bench_json.sh's second run).
         assert "nccl_dispatch_us" not in r and "nccl_combine_us" not in r, r
+        assert "round_us" not in r, r
         by_pair[(r["dispatch_dtype"], r["combine_dtype"])] = r
     assert len(by_pair) == PAIRS, sorted(by_pair)
 
